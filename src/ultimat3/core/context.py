@@ -1,0 +1,82 @@
+"""Who is acting, for which tenant, in which environment: carried in a ``contextvars`` context."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
+
+from ultimat3.core.errors import check
+
+Environment = Literal["development", "test", "staging", "production"]
+ENVIRONMENTS: tuple[Environment, ...] = get_args(Environment)
+
+#: The capability that lets a plan read across tenants. Only a ``backfill(tenant='none')`` pass
+#: grants it, and only to its own actor for the duration of that pass.
+CROSS_TENANT_SCOPE = "tenancy:cross"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting: an id for the audit trail, the org they act for, and their scopes."""
+
+    id: str
+    org_id: str | None = None
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+    def with_scope(self, scope: str) -> Actor:
+        """A copy of this actor carrying ``scope`` as well."""
+        return self if scope in self.scopes else replace(self, scopes=self.scopes | {scope})
+
+
+SYSTEM_ACTOR = Actor(id="system")
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """The ambient context of a request or a job run."""
+
+    actor: Actor = SYSTEM_ACTOR
+    environment: Environment = "development"
+    #: W3C traceparent of the current trace, carried onto every job enqueued under this context.
+    traceparent: str | None = None
+    #: Set by ``cross_tenant``: why plans built inside may skip the tenant filter.
+    cross_tenant_reason: str | None = None
+
+
+def parse_environment(value: str, *, source: str = "X_ENV") -> Environment:
+    """Validate an environment name, refusing anything but the four known ones."""
+    check(
+        value in ENVIRONMENTS,
+        f"{source}={value!r} is not an environment",
+        f"use one of {', '.join(ENVIRONMENTS)}",
+        code="X_ENVIRONMENT",
+    )
+    return value  # type: ignore[return-value]
+
+
+def default_environment() -> Environment:
+    """``X_ENV`` from the process environment, ``development`` when unset."""
+    return parse_environment(os.environ.get("X_ENV", "development"))
+
+
+_current: contextvars.ContextVar[Ctx | None] = contextvars.ContextVar("ultimat3_ctx", default=None)
+
+
+def current_ctx() -> Ctx:
+    """The ambient context, or a system context in the process's ``X_ENV`` when none is set."""
+    ctx = _current.get()
+    return ctx if ctx is not None else Ctx(environment=default_environment())
+
+
+@contextmanager
+def use_ctx(ctx: Ctx) -> Iterator[Ctx]:
+    """Install ``ctx`` as the ambient context for the ``with`` block (and tasks started in it)."""
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _current.reset(token)

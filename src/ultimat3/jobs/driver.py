@@ -1,0 +1,375 @@
+"""The driver protocol: the whole contract between the job runtime and a storage backend.
+
+Three drivers implement it (memory, sqlite, postgres) and ONE contract suite
+(``tests/contract``) runs against each. Requests and records are frozen dataclasses; every
+timestamp a driver stores comes from the driver's injected :class:`~ultimat3.core.Clock`, so the
+suite can move time instead of sleeping.
+
+Fencing: :meth:`JobDriver.claim` mints a fresh ``claim_token`` for every job it hands out.
+``ack``, ``nack``, ``heartbeat`` and :meth:`StepStore.record` take that token and change nothing
+(returning ``False``) unless the job is still ``running`` under that very token. A worker whose
+claim lapsed and was re-taken, or whose job was cancelled, can therefore neither settle the job
+nor write a checkpoint for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+JobState = Literal["ready", "delayed", "running", "suspended", "done", "dead", "cancelled"]
+JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "running", "suspended", "done", "dead", "cancelled")
+#: States in which a job still holds its idempotency key.
+LIVE_STATES: frozenset[JobState] = frozenset({"ready", "delayed", "running", "suspended"})
+#: States a job never leaves on its own.
+FINAL_STATES: frozenset[JobState] = frozenset({"done", "dead", "cancelled"})
+DEFAULT_QUEUE = "default"
+#: ``introspect.list`` returns at most this many rows when no limit is given.
+DEFAULT_LIST_LIMIT = 100
+OnConflict = Literal["return", "error"]
+
+
+@dataclass(frozen=True)
+class EnqueueRequest:
+    """One job to write. ``run_at`` (epoch seconds) of ``None`` means "as soon as possible"."""
+
+    name: str
+    payload: dict[str, Any]
+    queue: str = DEFAULT_QUEUE
+    idempotency_key: str | None = None
+    run_at: float | None = None
+    priority: int = 0
+    max_attempts: int = 5
+    tenant_id: str | None = None
+    traceparent: str | None = None
+    enqueued_by: str | None = None
+    on_conflict: OnConflict = "return"
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What an enqueue produced. ``deduped`` is true when a live job under the key was returned."""
+
+    id: str
+    run_id: str
+    deduped: bool
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job row as every driver reports it. Times are aware UTC datetimes."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    idempotency_key: str | None = None
+    tenant_id: str | None = None
+    traceparent: str | None = None
+    enqueued_by: str | None = None
+    claimed_by: str | None = None
+    visible_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """Claim up to ``limit`` runnable jobs for ``worker_id``.
+
+    Runnable: ``ready``/``delayed``/``suspended`` with ``run_at <= now``, or ``running`` whose
+    visibility lapsed (its worker is presumed lost). ``queues``/``names`` of ``None`` mean any.
+    Order: ``priority`` descending, then ``run_at``, then ``id``.
+    """
+
+    worker_id: str
+    limit: int = 1
+    visibility_timeout: float = 30.0
+    queues: tuple[str, ...] | None = None
+    names: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job handed to a worker, with the token that fences every write the worker makes for it."""
+
+    job: JobRecord
+    claim_token: str
+
+
+@dataclass(frozen=True)
+class NackRequest:
+    """How a failed or suspended attempt is put back.
+
+    ``counts_as_attempt=False`` is a suspension (``step.sleep``): the job becomes ``suspended``
+    and its ``attempt`` goes back down by one, never below zero. ``dead_letter`` ends it as
+    ``dead``. Otherwise it becomes ``ready`` again ``delay`` seconds from now.
+    """
+
+    error: str | None = None
+    delay: float = 0.0
+    counts_as_attempt: bool = True
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Filters for :meth:`JobIntrospection.list`; results are newest first."""
+
+    queue: str | None = None
+    name: str | None = None
+    state: JobState | None = None
+    tenant_id: str | None = None
+    limit: int = DEFAULT_LIST_LIMIT
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """How many jobs a queue holds in each state (states with none are reported as 0)."""
+
+    queue: str
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A recorded durable step: its JSON result, written once per run."""
+
+    run_id: str
+    name: str
+    result: Any
+    created_at: datetime
+
+
+BackfillStatus = Literal["running", "completed", "failed", "cancelled"]
+
+
+@dataclass(frozen=True)
+class BackfillRun:
+    """One row of the ``x_backfills`` ledger: one pass of one backfill."""
+
+    run_id: str
+    name: str
+    checksum: str
+    status: BackfillStatus
+    batches: int
+    rows: int
+    started_at: datetime
+    job_id: str | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One held fleet slot: ``slot`` in ``0..limit-1`` of ``key``, held by ``holder`` until ``expires_at``."""
+
+    key: str
+    slot: int
+    holder: str
+    token: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class MigrationRecord:
+    """One applied migration in the ``x_migrations`` ledger."""
+
+    id: str
+    applied_at: datetime
+
+
+class JobIntrospection(Protocol):
+    """Read side, for the CLI and dashboards."""
+
+    def list(self, filter: JobFilter = JobFilter()) -> list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        ...
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        ...
+
+    def stats(self) -> list[QueueStats]:
+        """Counts per state for every queue that holds a job, ordered by queue name."""
+        ...
+
+
+class StepStore(Protocol):
+    """Durable step results, keyed by (run id, step name)."""
+
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        ...
+
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` of the job's run with a JSON-serialisable ``result``.
+
+        FENCED: writes only if job ``job_id`` is ``running`` under ``claim_token``; returns
+        whether it wrote. Recording a name the run already has keeps the first result and
+        returns ``True`` (a replay is not an error).
+        """
+        ...
+
+
+class BackfillLedger(Protocol):
+    """The ``x_backfills`` table: one row per pass, history never overwritten."""
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the row for ``run_id`` (status ``running``), or return it (set back to
+        ``running``, error cleared) when a previous attempt of the same pass opened it."""
+        ...
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got."""
+        ...
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the row as ``completed``, ``failed`` or ``cancelled`` (``finished_at`` = now)."""
+        ...
+
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        ...
+
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        ...
+
+    def list(self, name: str | None = None) -> list[BackfillRun]:
+        """Every pass (of ``name``), newest first."""
+        ...
+
+
+class LeaseStore(Protocol):
+    """Fleet slots: at most ``limit`` concurrent holders of a key across every worker."""
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take a free (or expired) slot of ``key``; ``None`` when all ``limit`` are held."""
+        ...
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a lease still held under its token; ``None`` when it was lost."""
+        ...
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        ...
+
+    def holders(self, key: str) -> list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        ...
+
+
+class MigrationLedger(Protocol):
+    """The ``x_migrations`` table: which migrations (the library's and the app's) are applied."""
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first."""
+        ...
+
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        ...
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied (idempotent)."""
+        ...
+
+
+WakeCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class JobDriver(Protocol):
+    """Storage for jobs, steps, the backfill ledger, leases and migrations.
+
+    Methods are synchronous and thread-safe: the worker calls them from a thread pool, app code
+    calls ``enqueue`` from wherever it runs. ``connection`` on enqueue is the caller's own open
+    transaction (a ``sqlite3.Connection``, a psycopg ``Connection`` or a SQLAlchemy
+    ``Connection``): the job is written inside it and vanishes if it rolls back.
+    """
+
+    name: str
+    #: The URL this driver was created from (``memory://``, ``sqlite:///...``, ``postgresql://...``).
+    url: str
+    #: True when another process's enqueue wakes :meth:`subscribe` callbacks (LISTEN/NOTIFY).
+    supports_listen_notify: bool
+    #: True when ``enqueue(connection=...)`` can join a caller's transaction.
+    supports_transactional_enqueue: bool
+    introspect: JobIntrospection
+    steps: StepStore
+    backfills: BackfillLedger
+    leases: LeaseStore
+    migrations: MigrationLedger
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the library's tables; returns the migration ids applied now."""
+        ...
+
+    def enqueue(self, request: EnqueueRequest, connection: Any = None) -> EnqueueResult:
+        """Write one job, deduplicated per (name, idempotency key) among live states.
+
+        A live duplicate is returned with ``deduped=True``, or raises
+        :class:`~ultimat3.jobs.errors.JobDuplicateError` under ``on_conflict='error'``.
+        """
+        ...
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """Write several jobs in one transaction, with the same per-request rules as ``enqueue``."""
+        ...
+
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Atomically move up to ``request.limit`` runnable jobs to ``running`` for this worker,
+        incrementing ``attempt``, setting ``visible_at = now + visibility_timeout`` and minting a
+        new claim token for each. Safe under concurrent claimers (SKIP LOCKED / BEGIN IMMEDIATE)."""
+        ...
+
+    def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
+        """Mark ``done`` (storing ``result``) if still running under ``claim_token``."""
+        ...
+
+    def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
+        """Put a failed or suspended attempt back, or dead-letter it, if still running under
+        ``claim_token``. See :class:`NackRequest`."""
+        ...
+
+    def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
+        """Extend the claim; ``False`` when it is gone (cancelled, re-claimed, settled)."""
+        ...
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        """Cancel a job that is not finished; returns the row (unchanged when it was already
+        ``done``, ``dead`` or ``cancelled``), or ``None`` for an unknown id."""
+        ...
+
+    def retry(self, job_id: str) -> JobRecord | None:
+        """Operator retry: a ``dead`` or ``cancelled`` job becomes ``ready`` now with ``attempt``
+        0 and the same run (its recorded steps replay). Other states are returned unchanged."""
+        ...
+
+    def prune(self, older_than: float) -> int:
+        """Delete finished jobs (and their steps) finished more than ``older_than`` seconds ago."""
+        ...
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback(queue)`` (from any thread) when a job may have become runnable.
+        Returns an unsubscribe function. Drivers without cross-process notification still
+        call it for enqueues made through this driver instance."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and background threads."""
+        ...
+

@@ -1,0 +1,48 @@
+"""Driver selection from a URL: ``memory://``, ``sqlite:///path`` (the default) or ``postgresql://...``."""
+
+from __future__ import annotations
+
+import os
+
+from ultimat3.core.clock import Clock
+from ultimat3.core.errors import XError
+from ultimat3.jobs.driver import JobDriver
+
+#: The embedded default: a SQLite file in the working directory, no server needed.
+DEFAULT_DATABASE_URL = "sqlite:///x.db"
+
+
+def database_url() -> str:
+    """``X_DATABASE_URL`` from the environment, or the embedded SQLite default."""
+    return os.environ.get("X_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate: bool = True) -> JobDriver:
+    """Build the driver a URL names, applying the library's migrations unless ``migrate=False``.
+
+    ``url`` defaults to :func:`database_url`.
+    """
+    url = url or database_url()
+    scheme = url.split(":", 1)[0].lower()
+    driver: JobDriver
+    if scheme == "memory":
+        from ultimat3.jobs.drivers.memory import MemoryDriver
+
+        driver = MemoryDriver(clock=clock)
+    elif scheme == "sqlite":
+        from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver, sqlite_path
+
+        driver = SqliteDriver(sqlite_path(url), clock=clock)
+    elif scheme in ("postgres", "postgresql", "postgresql+psycopg"):
+        from ultimat3.jobs.drivers.postgres.driver import PostgresDriver
+
+        driver = PostgresDriver(url, clock=clock)
+    else:
+        raise XError(
+            f"database URL {url!r} names no driver (scheme {scheme!r})",
+            "use memory://, sqlite:///path/to/x.db or postgresql://user@host:5432/db",
+            code="X_DATABASE_URL",
+        )
+    if migrate:
+        driver.migrate()
+    return driver

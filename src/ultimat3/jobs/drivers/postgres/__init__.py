@@ -1,0 +1,1 @@
+"""The PostgreSQL driver, for a fleet of workers."""

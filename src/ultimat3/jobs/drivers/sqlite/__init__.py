@@ -1,0 +1,1 @@
+"""The embedded SQLite driver (the default)."""
