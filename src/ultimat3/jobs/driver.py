@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ultimat3.core.clock import Clock
+
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "dead", "cancelled"]
 JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "running", "suspended", "done", "dead", "cancelled")
 #: States in which a job still holds its idempotency key.
@@ -302,6 +304,8 @@ class JobDriver(Protocol):
     """
 
     name: str
+    #: The clock every timestamp this driver writes comes from (public: enqueue reads it too).
+    clock: Clock
     #: The URL this driver was created from (``memory://``, ``sqlite:///...``, ``postgresql://...``).
     url: str
     #: True when another process's enqueue wakes :meth:`subscribe` callbacks (LISTEN/NOTIFY).

@@ -1,0 +1,74 @@
+"""Durable background jobs: declarations, steps, drivers, the worker and backfills."""
+
+from ultimat3.jobs.driver import (
+    DEFAULT_QUEUE,
+    FINAL_STATES,
+    JOB_STATES,
+    LIVE_STATES,
+    ClaimedJob,
+    ClaimRequest,
+    EnqueueRequest,
+    EnqueueResult,
+    JobDriver,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NackRequest,
+    QueueStats,
+)
+from ultimat3.jobs.drivers import create_driver, database_url
+from ultimat3.jobs.errors import (
+    DriverError,
+    JobAbortedError,
+    JobDuplicateError,
+    JobInputError,
+    StepDuplicateError,
+    UnknownJobError,
+)
+from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
+from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
+from ultimat3.jobs.runtime import get_driver, set_driver
+from ultimat3.jobs.signal import AbortSignal
+from ultimat3.jobs.steps import AsyncStep, SyncStep
+from ultimat3.jobs.worker import Worker, WorkerEvent
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "DEFAULT_RETRY",
+    "FINAL_STATES",
+    "JOB_STATES",
+    "LIVE_STATES",
+    "NO_TENANT",
+    "AbortSignal",
+    "AsyncStep",
+    "ClaimRequest",
+    "ClaimedJob",
+    "DriverError",
+    "EnqueueRequest",
+    "EnqueueResult",
+    "JobAbortedError",
+    "JobDriver",
+    "JobDuplicateError",
+    "JobFilter",
+    "JobHandle",
+    "JobInputError",
+    "JobRecord",
+    "JobState",
+    "NackRequest",
+    "NoInput",
+    "QueueStats",
+    "RetryPolicy",
+    "StepDuplicateError",
+    "SyncStep",
+    "UnknownJobError",
+    "Worker",
+    "WorkerEvent",
+    "create_driver",
+    "database_url",
+    "get_driver",
+    "get_job",
+    "isolated_registry",
+    "job",
+    "registered_jobs",
+    "set_driver",
+]

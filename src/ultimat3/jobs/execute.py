@@ -1,0 +1,171 @@
+"""One attempt of one claimed job: build its context, run its handler under its timeout and abort
+signal, and decide how it settles. The worker owns claiming, heartbeats and concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic_core import to_jsonable_python
+
+from ultimat3.core.clock import Clock
+from ultimat3.core.context import Actor, Ctx, Environment, use_ctx
+from ultimat3.core.errors import XError
+from ultimat3.jobs.driver import ClaimedJob, JobDriver, NackRequest
+from ultimat3.jobs.errors import JobAbortedError
+from ultimat3.jobs.job import JobHandle, get_job
+from ultimat3.jobs.signal import AbortSignal
+from ultimat3.jobs.steps import AsyncStep, SuspendRun, SyncStep
+
+OutcomeKind = Literal["done", "retry", "dead", "suspended", "aborted", "released"]
+#: Abort reasons under which the attempt no longer owns the row: nothing is written for it.
+LOST_REASONS = frozenset({"cancelled", "claim lost"})
+TIMEOUT = "timeout"
+SHUTDOWN = "shutdown"
+#: How long a cancelled async handler gets to unwind after its task is cancelled.
+CANCEL_GRACE = 5.0
+#: Kept on the row: enough traceback to act on, bounded so a deep recursion cannot bloat it.
+MAX_ERROR_CHARS = 8000
+#: An unknown job name goes back for a worker that knows it, not to the dead-letter queue.
+UNKNOWN_JOB_DELAY = 60.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, and what (if anything) the worker writes for it."""
+
+    kind: OutcomeKind
+    error: str | None = None
+    delay: float = 0.0
+    result: Any = None
+
+    def settle(self, driver: JobDriver, claimed: ClaimedJob) -> bool:
+        """Write the outcome under the attempt's claim token; False when the fence refused."""
+        job_id, token = claimed.job.id, claimed.claim_token
+        if self.kind == "done":
+            return driver.ack(job_id, token, self.result)
+        if self.kind == "retry":
+            return driver.nack(job_id, token, NackRequest(error=self.error, delay=self.delay))
+        if self.kind == "dead":
+            return driver.nack(job_id, token, NackRequest(error=self.error, dead_letter=True))
+        if self.kind in ("suspended", "released"):
+            return driver.nack(
+                job_id, token, NackRequest(error=self.error, delay=self.delay, counts_as_attempt=False)
+            )
+        return False  # aborted: the row belongs to someone else now
+
+
+def format_error(error: BaseException) -> str:
+    """``Type: message`` then the traceback, bounded."""
+    head = f"{type(error).__name__}: {error}"
+    body = "".join(traceback.format_exception(error))
+    text = f"{head}\n{body}" if body else head
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 20] + "\n…(truncated)"
+
+
+def run_ctx(claimed: ClaimedJob, environment: Environment) -> Ctx:
+    """The context a run executes under: an actor for this job, acting for the row's org."""
+    job = claimed.job
+    return Ctx(
+        actor=Actor(id=f"job:{job.name}:{job.id}", org_id=job.tenant_id),
+        environment=environment,
+        traceparent=job.traceparent,
+    )
+
+
+class AttemptRunner:
+    """Runs attempts for a worker (or a foreground caller such as ``x db backfill --wait``)."""
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        *,
+        environment: Environment,
+        handler_pool: Executor | None = None,
+        clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.driver = driver
+        self.environment = environment
+        self.handler_pool = handler_pool
+        self.clock = clock or driver.clock
+        self.rand = rand
+
+    def _failure(self, handle: JobHandle[Any], claimed: ClaimedJob, error: BaseException, text: str) -> Outcome:
+        attempt = claimed.job.attempt
+        permanent = isinstance(error, XError) and not error.retryable
+        if permanent or attempt >= claimed.job.max_attempts:
+            return Outcome("dead", text)
+        return Outcome("retry", text, delay=handle.retry.delay(attempt, self.rand))
+
+    async def run(self, claimed: ClaimedJob, signal: AbortSignal) -> Outcome:
+        """Run one attempt to its outcome. Never raises for the handler's errors."""
+        job = claimed.job
+        handle = get_job(job.name)
+        if handle is None:
+            return Outcome("released", f'no job named "{job.name}" is declared in this worker',
+                           delay=UNKNOWN_JOB_DELAY)
+        if job.attempt > job.max_attempts:
+            # Every earlier attempt ended without settling (its worker died or was killed): a
+            # job that takes its worker down with it must not loop forever.
+            return Outcome("dead", f"X_JOB_ATTEMPTS_EXHAUSTED: {job.max_attempts} attempts ended without "
+                                   "settling (worker lost, killed or stalled)")
+        try:
+            model = handle.parse_input(job.payload)
+        except XError as error:
+            return Outcome("dead", str(error))
+        ctx = run_ctx(claimed, self.environment)
+        task = asyncio.ensure_future(self._invoke(handle, claimed, model, ctx, signal))
+        aborted = asyncio.ensure_future(signal.wait_async())
+        done, _ = await asyncio.wait({task, aborted}, timeout=handle.timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            signal.abort(TIMEOUT if not signal.aborted else signal.reason or TIMEOUT)
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        aborted.cancel()
+        return self._outcome(handle, claimed, task, signal)
+
+    def _outcome(self, handle: JobHandle[Any], claimed: ClaimedJob, task: asyncio.Future[Any],
+                 signal: AbortSignal) -> Outcome:
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is None:
+                try:
+                    return Outcome("done", result=to_jsonable_python(task.result()))
+                except Exception as bad:
+                    return self._failure(handle, claimed, bad, format_error(bad))
+            if isinstance(error, SuspendRun):
+                return Outcome("suspended", delay=error.delay)
+            if not signal.aborted or not isinstance(error, JobAbortedError | asyncio.CancelledError):
+                if signal.aborted and signal.reason in LOST_REASONS:
+                    return Outcome("aborted", format_error(error))
+                return self._failure(handle, claimed, error, format_error(error))
+        reason = signal.reason or "aborted"
+        if reason == TIMEOUT:
+            text = f"X_JOB_TIMEOUT: attempt {claimed.job.attempt} exceeded its timeout of {handle.timeout}s"
+            return self._failure(handle, claimed, TimeoutError(text), text)
+        if reason == SHUTDOWN:
+            return Outcome("released", "released at worker shutdown")
+        return Outcome("aborted", f"aborted: {reason}")
+
+    async def _invoke(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
+                      signal: AbortSignal) -> Any:
+        if handle.is_async:
+            astep = AsyncStep(self.driver, claimed, signal, self.clock)
+            with use_ctx(ctx):
+                return await handle.handler(model, ctx, astep)  # type: ignore[arg-type]
+        sstep = SyncStep(self.driver, claimed, signal, self.clock)
+
+        def call() -> Any:
+            with use_ctx(ctx):
+                return handle.handler(model, ctx, sstep)  # type: ignore[arg-type]
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.handler_pool, contextvars.copy_context().run, call)

@@ -1,0 +1,423 @@
+"""``@job``: a declared, named, typed unit of durable background work, and its process registry."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ultimat3.core.clock import to_seconds
+from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, current_ctx
+from ultimat3.core.errors import XError, check, fail
+from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, OnConflict
+from ultimat3.jobs.duration import DurationInput, parse_duration
+from ultimat3.jobs.errors import JobInputError
+from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
+
+if TYPE_CHECKING:
+    from ultimat3.jobs.steps import AsyncStep, SyncStep
+
+InT = TypeVar("InT", bound=BaseModel)
+
+#: ``tenant='none'``: the job belongs to no org (it runs with no org on its actor).
+NO_TENANT: Literal["none"] = "none"
+Tenant = Literal["none"] | Callable[[Any], str | None]
+AsyncHandler = Callable[[Any, Ctx, "AsyncStep"], Awaitable[Any]]
+SyncHandler = Callable[[Any, Ctx, "SyncStep"], Any]
+Handler = AsyncHandler | SyncHandler
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
+
+
+class NoInput(BaseModel):
+    """The input model of a job declared without ``input=``: an empty object."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Registry:
+    """Every job declared in this process, by name. Backfills are found here too (no second registry)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobHandle[Any]] = {}
+
+    def add(self, handle: JobHandle[Any]) -> None:
+        existing = self.jobs.get(handle.name)
+        if existing is not None:
+            fail(
+                f'job "{handle.name}" is declared twice (first by {existing.origin}, again by {handle.origin})',
+                "give each job a unique name; names are durable keys stored on every queued row",
+                code="X_JOB_DUPLICATE_NAME",
+            )
+        self.jobs[handle.name] = handle
+
+
+_registry = _Registry()
+
+
+def registered_jobs() -> list[JobHandle[Any]]:
+    """Every job declared in this process, in declaration order."""
+    return list(_registry.jobs.values())
+
+
+def get_job(name: str) -> JobHandle[Any] | None:
+    """The handle declared under ``name``, if any."""
+    return _registry.jobs.get(name)
+
+
+@contextmanager
+def isolated_registry() -> Iterator[None]:
+    """Run a block with an empty registry and restore the previous one after (for tests)."""
+    saved = dict(_registry.jobs)
+    _registry.jobs.clear()
+    try:
+        yield
+    finally:
+        _registry.jobs.clear()
+        _registry.jobs.update(saved)
+
+
+def _describe_validation(name: str, error: ValidationError) -> JobInputError:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(input)"
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}" for e in error.errors()[:5]
+    )
+    return JobInputError(
+        f'job "{name}" input field "{where}" is invalid — {problems}',
+        f'pass a value for "{where}" that the job\'s input model accepts ({first["type"]})',
+        field=where,
+    )
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call enqueue options (see :meth:`JobHandle.enqueue`)."""
+
+    delay: DurationInput | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    on_conflict: OnConflict = "return"
+
+
+class JobHandle(Generic[InT]):
+    """A declared job: call :meth:`enqueue` to queue a run. Built by :func:`job`."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        handler: Handler,
+        input_model: type[InT],
+        tenant: Tenant,
+        retry: RetryPolicy,
+        queue: str,
+        timeout: float | None,
+        idempotency_key: Callable[[InT], str] | None,
+        priority: int,
+        origin: str,
+    ) -> None:
+        self.name = name
+        self.handler = handler
+        self.input_model = input_model
+        self.tenant = tenant
+        self.retry = retry
+        self.queue = queue
+        self.timeout = timeout
+        self.idempotency_key = idempotency_key
+        self.priority = priority
+        self.origin = origin
+        self.is_async = inspect.iscoroutinefunction(handler)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name!r} queue={self.queue!r}>"
+
+    def parse_input(self, value: InT | Mapping[str, Any] | None) -> InT:
+        """Validate ``value`` against the input model; :class:`JobInputError` names the field."""
+        if isinstance(value, self.input_model):
+            data: Any = value.model_dump()
+        elif value is None:
+            data = {}
+        elif isinstance(value, BaseModel):
+            fail(
+                f'job "{self.name}" takes {self.input_model.__name__}, not {type(value).__name__}',
+                f"pass a {self.input_model.__name__} or a dict of its fields",
+                code="X_JOB_INPUT",
+            )
+        else:
+            data = value
+        try:
+            return self.input_model.model_validate(data)
+        except ValidationError as error:
+            raise _describe_validation(self.name, error) from None
+
+    def tenant_of(self, value: InT) -> str | None:
+        """The org a run belongs to (``None`` for ``tenant='none'``)."""
+        if self.tenant == NO_TENANT:
+            return None
+        org = self.tenant(value)
+        check(
+            isinstance(org, str) and org != "",
+            f'job "{self.name}": its tenant function returned {org!r} for this input, not an org id',
+            "return the org id (a non-empty string) from tenant=..., or declare tenant='none'",
+            code="X_JOB_TENANT",
+        )
+        return org
+
+    def build_request(
+        self,
+        value: InT | Mapping[str, Any] | None,
+        options: EnqueueOptions,
+        *,
+        now: float,
+        ctx: Ctx,
+    ) -> EnqueueRequest:
+        """Validate and turn one input into the row a driver writes. Raises before anything is written."""
+        model = self.parse_input(value)
+        tenant_id = self.tenant_of(model)
+        actor = ctx.actor
+        # A request acting for one org must not queue work for another: the job would run with
+        # the other org's data under this request's authority.
+        if (
+            tenant_id is not None
+            and actor.org_id is not None
+            and actor.org_id != tenant_id
+            and CROSS_TENANT_SCOPE not in actor.scopes
+        ):
+            fail(
+                f'job "{self.name}" resolves to org {tenant_id!r} but the current actor acts for org {actor.org_id!r}',
+                "enqueue it from a context of that org, or from a cross-tenant scope",
+                code="X_TENANCY_MISMATCH",
+            )
+        key = None
+        if self.idempotency_key is not None:
+            key = self.idempotency_key(model)
+            check(
+                isinstance(key, str) and key != "",
+                f'job "{self.name}": idempotency_key returned {key!r}, not a non-empty string',
+                "return a string that identifies the unit of work, e.g. f\"invoice:{input.invoice_id}\"",
+                code="X_JOB_IDEMPOTENCY_KEY",
+            )
+        check(
+            options.delay is None or options.run_at is None,
+            f'job "{self.name}" was enqueued with both delay= and run_at=',
+            "pass one of them: delay=30 (seconds from now) or run_at=<aware datetime>",
+            code="X_JOB_SCHEDULE",
+        )
+        run_at: float | None = None
+        if options.delay is not None:
+            run_at = now + parse_duration(options.delay, what=f'job "{self.name}" delay')
+        elif options.run_at is not None:
+            check(
+                options.run_at.tzinfo is not None,
+                f'job "{self.name}" run_at={options.run_at!r} has no timezone',
+                "pass an aware datetime, e.g. datetime.now(UTC) + timedelta(minutes=5)",
+                code="X_JOB_SCHEDULE",
+            )
+            run_at = to_seconds(options.run_at)
+        priority = self.priority if options.priority is None else options.priority
+        check(
+            isinstance(priority, int) and not isinstance(priority, bool),
+            f'job "{self.name}" priority={priority!r} is not an integer',
+            "pass priority as an int; higher runs first, 0 is the default",
+            code="X_JOB_PRIORITY",
+        )
+        check(
+            options.on_conflict in ("return", "error"),
+            f'job "{self.name}" on_conflict={options.on_conflict!r}',
+            "pass on_conflict='return' (get the live run back) or 'error' (raise JobDuplicateError)",
+            code="X_JOB_ON_CONFLICT",
+        )
+        return EnqueueRequest(
+            name=self.name,
+            payload=model.model_dump(mode="json"),
+            queue=self.queue,
+            idempotency_key=key,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=self.retry.max_attempts,
+            tenant_id=tenant_id,
+            traceparent=ctx.traceparent,
+            enqueued_by=actor.id,
+            on_conflict=options.on_conflict,
+        )
+
+    def _driver(self, driver: JobDriver | None) -> JobDriver:
+        if driver is not None:
+            return driver
+        from ultimat3.jobs.runtime import get_driver
+
+        return get_driver()
+
+    def _now(self, driver: JobDriver) -> float:
+        return driver.clock.now()
+
+    def enqueue(
+        self,
+        input: InT | Mapping[str, Any] | None = None,
+        *,
+        delay: DurationInput | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        on_conflict: OnConflict = "return",
+        connection: Any = None,
+        driver: JobDriver | None = None,
+    ) -> EnqueueResult:
+        """Validate ``input`` and queue one run.
+
+        ``connection``: the caller's open psycopg/sqlite3/SQLAlchemy connection; the job is
+        written in its transaction (and vanishes on rollback). ``driver``: defaults to the
+        process driver (``X_DATABASE_URL``). Returns :class:`EnqueueResult` (``deduped`` when a
+        live run under the same idempotency key was returned instead).
+        """
+        target = self._driver(driver)
+        options = EnqueueOptions(delay=delay, run_at=run_at, priority=priority, on_conflict=on_conflict)
+        request = self.build_request(input, options, now=self._now(target), ctx=current_ctx())
+        return target.enqueue(request, connection=connection)
+
+    async def aenqueue(
+        self,
+        input: InT | Mapping[str, Any] | None = None,
+        *,
+        delay: DurationInput | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        on_conflict: OnConflict = "return",
+        driver: JobDriver | None = None,
+    ) -> EnqueueResult:
+        """:meth:`enqueue` from async code, off the event loop (no ``connection``: use the sync form
+        inside a transaction)."""
+        return await asyncio.to_thread(
+            self.enqueue, input, delay=delay, run_at=run_at, priority=priority,
+            on_conflict=on_conflict, driver=driver,
+        )
+
+    def enqueue_many(
+        self,
+        inputs: Sequence[InT | Mapping[str, Any] | None],
+        *,
+        delay: DurationInput | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        on_conflict: OnConflict = "return",
+        connection: Any = None,
+        driver: JobDriver | None = None,
+    ) -> list[EnqueueResult]:
+        """Validate every input first, then queue them all in one transaction (all or nothing)."""
+        target = self._driver(driver)
+        options = EnqueueOptions(delay=delay, run_at=run_at, priority=priority, on_conflict=on_conflict)
+        ctx = current_ctx()
+        now = self._now(target)
+        requests = []
+        for index, value in enumerate(inputs):
+            try:
+                requests.append(self.build_request(value, options, now=now, ctx=ctx))
+            except XError as error:
+                error.message = f"inputs[{index}]: {error.message}"
+                error.args = (error.message,)
+                raise
+        return target.enqueue_many(requests, connection=connection)
+
+
+def _origin_of(handler: Callable[..., Any]) -> str:
+    module = getattr(handler, "__module__", "?")
+    qualname = getattr(handler, "__qualname__", repr(handler))
+    return f"{module}.{qualname}"
+
+
+_MISSING: Any = object()
+
+
+def job(
+    *,
+    name: str = _MISSING,
+    tenant: Tenant = _MISSING,
+    input: type[BaseModel] | None = None,
+    retry: RetryPolicy | None = None,
+    queue: str = DEFAULT_QUEUE,
+    timeout: DurationInput | None = None,
+    idempotency_key: Callable[[Any], str] | None = None,
+    priority: int = 0,
+) -> Callable[[Handler], JobHandle[Any]]:
+    """Declare a job over an ``async def`` or plain ``def`` handler ``(input, ctx, step)``.
+
+    ``name`` (unique per process, a durable key) and ``tenant`` (a callable ``input -> org_id``,
+    or ``'none'``) are required. ``input`` is a pydantic model validated at enqueue. ``timeout``
+    is per attempt. ``idempotency_key(input) -> str`` dedupes live runs per (name, key).
+    """
+    check(
+        name is not _MISSING and isinstance(name, str) and _NAME.match(name) is not None,
+        f"job(name={name if name is not _MISSING else '<missing>'!r}) — a job needs a name "
+        "of letters, digits and _ . : - / (up to 200)",
+        'write job(name="billing.send_invoice", ...); the name is stored on every queued row',
+        code="X_JOB_NAME",
+    )
+    check(
+        tenant is not _MISSING,
+        f'job "{name}" declares no tenant',
+        "write tenant=lambda input: input.org_id, or tenant='none' for work that belongs to no org",
+        code="X_JOB_TENANT",
+    )
+    check(
+        tenant == NO_TENANT or callable(tenant),
+        f'job "{name}" declares tenant={tenant!r}',
+        "write tenant=lambda input: input.org_id, or tenant='none'",
+        code="X_JOB_TENANT",
+    )
+    check(
+        input is None or (isinstance(input, type) and issubclass(input, BaseModel)),
+        f'job "{name}" declares input={input!r}, which is not a pydantic model class',
+        "declare class MyInput(pydantic.BaseModel): ... and pass input=MyInput",
+        code="X_JOB_INPUT_MODEL",
+    )
+    check(
+        isinstance(queue, str) and _NAME.match(queue) is not None,
+        f'job "{name}" declares queue={queue!r}',
+        'write a short name of letters, digits and _ . : - /, e.g. queue="emails"',
+        code="X_JOB_QUEUE",
+    )
+    check(
+        retry is None or isinstance(retry, RetryPolicy),
+        f'job "{name}" declares retry={retry!r}',
+        "write retry=RetryPolicy(max_attempts=5)",
+        code="X_RETRY_POLICY",
+    )
+    seconds = None if timeout is None else parse_duration(timeout, what=f'job "{name}" timeout')
+    check(
+        seconds is None or seconds > 0,
+        f'job "{name}" declares timeout={timeout!r}; a timeout is greater than zero',
+        'write timeout="30s", or leave it out for no per-attempt limit',
+        code="X_DURATION",
+    )
+
+    def declare(handler: Handler) -> JobHandle[Any]:
+        check(
+            callable(handler),
+            f'@job(name="{name}") decorates {handler!r}, which is not callable',
+            "decorate a function (input, ctx, step)",
+            code="X_JOB_HANDLER",
+        )
+        handle: JobHandle[Any] = JobHandle(
+            name=name,
+            handler=handler,
+            input_model=input or NoInput,
+            tenant=tenant,
+            retry=retry or DEFAULT_RETRY,
+            queue=queue,
+            timeout=seconds,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            origin=_origin_of(handler),
+        )
+        _registry.add(handle)
+        return handle
+
+    return declare
+

@@ -1,0 +1,303 @@
+"""The worker: claims jobs, runs them with bounded concurrency, heartbeats, settles, stops gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal as os_signal
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ultimat3.core.context import Environment, default_environment
+from ultimat3.core.errors import check
+from ultimat3.jobs.driver import ClaimedJob, ClaimRequest, JobDriver
+from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
+from ultimat3.jobs.job import registered_jobs
+from ultimat3.jobs.signal import AbortSignal
+
+log = logging.getLogger("ultimat3.worker")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """What a metrics hook receives: one per claim batch and one per settled attempt."""
+
+    kind: str  # "claimed" | "done" | "retry" | "dead" | "suspended" | "aborted" | "released" | "fenced"
+    worker_id: str
+    job_id: str | None = None
+    name: str | None = None
+    attempt: int | None = None
+    duration: float | None = None
+    error: str | None = None
+    count: int = 1
+
+
+@dataclass
+class _Active:
+    claimed: ClaimedJob
+    signal: AbortSignal
+    task: asyncio.Task[None] | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    """Runs declared jobs from one driver.
+
+    ``await worker.run()`` works until :meth:`stop`; :meth:`drain` runs until nothing is
+    runnable (tests, foreground runs). Async handlers run on the loop, sync ones in a thread
+    pool of ``concurrency`` threads. A claim lives ``visibility_timeout`` seconds and is renewed
+    every ``heartbeat_interval``; a renewal the driver refuses (cancelled, re-claimed) aborts the
+    attempt through its signal. On stop, claiming ends at once, running attempts get
+    ``grace_period`` seconds, then are aborted and released without burning an attempt.
+    """
+
+    def __init__(
+        self,
+        driver: JobDriver,
+        *,
+        queues: Sequence[str] | None = None,
+        names: Sequence[str] | None = None,
+        concurrency: int = 10,
+        visibility_timeout: float = 30.0,
+        heartbeat_interval: float | None = None,
+        poll_interval: float = 1.0,
+        grace_period: float = 30.0,
+        worker_id: str | None = None,
+        environment: Environment | None = None,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        check(
+            isinstance(concurrency, int) and concurrency >= 1,
+            f"Worker(concurrency={concurrency!r}) — concurrency is a whole number, at least 1",
+            "write Worker(driver, concurrency=10)",
+            code="X_WORKER_CONCURRENCY",
+        )
+        check(
+            visibility_timeout > 0 and poll_interval > 0 and grace_period >= 0,
+            f"Worker(visibility_timeout={visibility_timeout!r}, poll_interval={poll_interval!r}, "
+            f"grace_period={grace_period!r}) — intervals must be positive",
+            "write e.g. visibility_timeout=30, poll_interval=1, grace_period=30",
+            code="X_WORKER_CONFIG",
+        )
+        self.driver = driver
+        self.queues = tuple(queues) if queues else None
+        self._names = tuple(names) if names else None
+        self.concurrency = concurrency
+        self.visibility_timeout = visibility_timeout
+        self.heartbeat_interval = heartbeat_interval or visibility_timeout / 3
+        check(
+            self.heartbeat_interval < visibility_timeout,
+            f"Worker(heartbeat_interval={self.heartbeat_interval!r}) is not shorter than "
+            f"visibility_timeout={visibility_timeout!r}: claims would lapse between renewals",
+            "make heartbeat_interval at most a third of visibility_timeout",
+            code="X_WORKER_CONFIG",
+        )
+        self.poll_interval = poll_interval
+        self.grace_period = grace_period
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.environment = environment or default_environment()
+        self.on_event = on_event
+        self._handler_pool = ThreadPoolExecutor(concurrency, thread_name_prefix="x-job")
+        # Driver calls get their own threads so a pool full of busy sync handlers cannot starve
+        # heartbeats (which would let claims lapse under load).
+        self._io_pool = ThreadPoolExecutor(concurrency + 4, thread_name_prefix="x-io")
+        self.runner = AttemptRunner(driver, environment=self.environment, handler_pool=self._handler_pool,
+                                    rand=rand)
+        self._active: dict[str, _Active] = {}
+        self._stopping = False
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.processed = 0
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The job names this worker claims: the ones passed, else every declared job."""
+        return self._names or tuple(handle.name for handle in registered_jobs())
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io_pool, fn, *args)
+
+    def _emit(self, event: WorkerEvent) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # a broken metrics hook must not take the worker down
+                log.exception("worker on_event hook failed")
+
+    def _notify(self, _queue: str = "*") -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(wake.set)
+
+    # -- attempts -------------------------------------------------------------------------------
+
+    async def _claim(self, limit: int) -> list[ClaimedJob]:
+        names = self.names
+        if not names:
+            return []
+        request = ClaimRequest(worker_id=self.worker_id, limit=limit,
+                               visibility_timeout=self.visibility_timeout, queues=self.queues, names=names)
+        claimed = await self._io(self.driver.claim, request)
+        if claimed:
+            self._emit(WorkerEvent("claimed", self.worker_id, count=len(claimed)))
+        return claimed
+
+    def _start(self, claimed: ClaimedJob) -> None:
+        active = _Active(claimed, AbortSignal(claimed.job.name))
+        self._active[claimed.job.id] = active
+        active.task = asyncio.ensure_future(self._attempt(active))
+
+    async def _attempt(self, active: _Active) -> None:
+        claimed = active.claimed
+        job = claimed.job
+        outcome: Outcome
+        try:
+            outcome = await self.runner.run(claimed, active.signal)
+        except Exception as error:  # defensive: the runner is meant never to raise
+            log.exception("attempt runner failed", extra={"job_id": job.id})
+            outcome = Outcome("retry", f"{type(error).__name__}: {error}", delay=1.0)
+        try:
+            settled = await self._io(outcome.settle, self.driver, claimed)
+        except Exception:
+            # The database is unreachable: the claim lapses and another worker re-runs the job.
+            log.exception("could not settle job", extra={"job_id": job.id})
+            settled = False
+        duration = time.monotonic() - active.started
+        kind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
+        log.info(
+            "job %s %s (attempt %d, %.3fs)", job.name, kind, job.attempt, duration,
+            extra={"job_id": job.id, "job_name": job.name, "outcome": kind, "attempt": job.attempt},
+        )
+        self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error))
+        self.processed += 1
+        self._active.pop(job.id, None)
+        self._notify()
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            for active in list(self._active.values()):
+                if active.signal.aborted:
+                    continue
+                claimed = active.claimed
+                try:
+                    alive = await self._io(self.driver.heartbeat, claimed.job.id, claimed.claim_token,
+                                           self.visibility_timeout)
+                except Exception:
+                    log.warning("heartbeat failed; will retry", extra={"job_id": claimed.job.id})
+                    continue
+                if not alive:
+                    current = await self._io(self.driver.introspect.get, claimed.job.id)
+                    cancelled = current is not None and current.state == "cancelled"
+                    active.signal.abort("cancelled" if cancelled else "claim lost")
+
+    # -- loops ----------------------------------------------------------------------------------
+
+    def _bind(self) -> Callable[[], None]:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        return self.driver.subscribe(self._notify)
+
+    async def run(self) -> None:
+        """Claim and run jobs until :meth:`stop`, then shut down gracefully."""
+        unsubscribe = self._bind()
+        assert self._wake is not None
+        beats = asyncio.ensure_future(self._heartbeats())
+        log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                free = self.concurrency - len(self._active)
+                claimed: list[ClaimedJob] = []
+                if free > 0:
+                    try:
+                        claimed = await self._claim(free)
+                    except Exception:
+                        log.exception("claim failed; backing off")
+                        await asyncio.sleep(min(5.0, self.poll_interval * 2))
+                        continue
+                    for job in claimed:
+                        self._start(job)
+                if free > 0 and len(claimed) == free:
+                    continue  # more may be waiting: claim again at once
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+            await self._shutdown()
+        finally:
+            beats.cancel()
+            unsubscribe()
+            self._close_pools()
+
+    async def drain(self, *, max_jobs: int | None = None) -> int:
+        """Run jobs until none is runnable now (or ``max_jobs`` attempts ran); returns the count.
+
+        Heartbeats run as in :meth:`run`. Meant for tests and foreground commands.
+        """
+        unsubscribe = self._bind()
+        beats = asyncio.ensure_future(self._heartbeats())
+        start = self.processed
+        try:
+            while True:
+                budget = None if max_jobs is None else max_jobs - (self.processed - start) - len(self._active)
+                free = self.concurrency - len(self._active)
+                if budget is not None:
+                    free = min(free, budget)
+                claimed = await self._claim(free) if free > 0 else []
+                for job in claimed:
+                    self._start(job)
+                if not self._active:
+                    break
+                await asyncio.wait({a.task for a in self._active.values() if a.task is not None},
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            beats.cancel()
+            unsubscribe()
+        return self.processed - start
+
+    def stop(self) -> None:
+        """Stop claiming; running attempts finish within the grace period (safe from any thread)."""
+        self._stopping = True
+        self._notify()
+
+    async def _shutdown(self) -> None:
+        tasks = {a.task for a in self._active.values() if a.task is not None}
+        if tasks:
+            log.info("worker stopping: waiting up to %ss for %d attempt(s)", self.grace_period, len(tasks))
+            _, pending = await asyncio.wait(tasks, timeout=self.grace_period)
+            if pending:
+                for active in list(self._active.values()):
+                    active.signal.abort(SHUTDOWN)
+                await asyncio.wait(pending, timeout=10.0)
+        log.info("worker %s stopped", self.worker_id)
+
+    def _close_pools(self) -> None:
+        self._handler_pool.shutdown(wait=False, cancel_futures=True)
+        self._io_pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Release the worker's threads (after :meth:`drain`; :meth:`run` does it itself)."""
+        self._close_pools()
+
+    def run_forever(self) -> None:
+        """Run until SIGTERM or SIGINT, then stop gracefully. For ``x worker``."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (os_signal.SIGTERM, os_signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+            await self.run()
+
+        asyncio.run(main())

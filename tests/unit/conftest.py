@@ -1,0 +1,30 @@
+"""Fixtures for unit tests: a fresh job registry and a memory driver on a manual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ultimat3.core import ManualClock
+from ultimat3.jobs import isolated_registry
+from ultimat3.jobs.drivers.memory import MemoryDriver
+
+
+@pytest.fixture(autouse=True)
+def _registry() -> Iterator[None]:
+    with isolated_registry():
+        yield
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def memory(clock: ManualClock) -> Iterator[MemoryDriver]:
+    driver = MemoryDriver(clock=clock)
+    driver.migrate()
+    yield driver
+    driver.close()

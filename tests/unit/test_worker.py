@@ -1,0 +1,367 @@
+"""The worker over the memory driver: steps replay, retries, dead-letter, suspension, timeout,
+cancel and shutdown. Time that matters to a rule moves on the ManualClock; only heartbeats and
+timeouts run on short real timers (no test sleeps for a fixed time to pass)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from ultimat3.core import Ctx, ManualClock, XError, current_ctx
+from ultimat3.jobs import (
+    AsyncStep,
+    JobAbortedError,
+    RetryPolicy,
+    SyncStep,
+    Worker,
+    WorkerEvent,
+    job,
+)
+from ultimat3.jobs.drivers.memory import MemoryDriver
+
+NO_JITTER = RetryPolicy(max_attempts=3, base=10, factor=2, cap=60, jitter=0)
+
+
+class Item(BaseModel):
+    n: int
+
+
+def drain(driver: MemoryDriver, **kwargs: Any) -> int:
+    worker = Worker(driver, environment="test", **kwargs)
+    try:
+        return asyncio.run(worker.drain())
+    finally:
+        worker.close()
+
+
+def state(driver: MemoryDriver, job_id: str) -> str:
+    row = driver.introspect.get(job_id)
+    assert row is not None
+    return row.state
+
+
+def test_async_and_sync_handlers_run_and_store_results(memory: MemoryDriver) -> None:
+    @job(name="double", tenant="none", input=Item)
+    async def double(input: Item, ctx: Ctx, step: AsyncStep) -> dict[str, int]:
+        return {"value": input.n * 2}
+
+    @job(name="triple", tenant="none", input=Item)
+    def triple(input: Item, ctx: Ctx, step: SyncStep) -> int:
+        return input.n * 3
+
+    a = double.enqueue({"n": 2}, driver=memory)
+    b = triple.enqueue({"n": 2}, driver=memory)
+    assert drain(memory) == 2
+    row_a, row_b = memory.introspect.get(a.id), memory.introspect.get(b.id)
+    assert row_a is not None and row_a.state == "done" and row_a.result == {"value": 4}
+    assert row_b is not None and row_b.state == "done" and row_b.result == 6
+    assert row_a.attempt == 1
+
+
+def test_handler_runs_under_the_job_context(memory: MemoryDriver) -> None:
+    seen: list[Ctx] = []
+
+    @job(name="ctx.org", tenant=lambda i: f"org-{i.n}", input=Item)
+    def handler(input: Item, ctx: Ctx, step: SyncStep) -> None:
+        seen.append(current_ctx())
+
+    result = handler.enqueue({"n": 4}, driver=memory)
+    drain(memory)
+    assert seen[0].actor.org_id == "org-4"
+    assert seen[0].actor.id == f"job:ctx.org:{result.id}"
+    assert seen[0].environment == "test"
+    assert not seen[0].actor.scopes
+
+
+def test_steps_replay_on_retry_without_rerunning(memory: MemoryDriver, clock: ManualClock) -> None:
+    calls: list[str] = []
+
+    @job(name="steps", tenant="none", retry=NO_JITTER)
+    async def steps(input: Any, ctx: Ctx, step: AsyncStep) -> list[int]:
+        async def charge() -> int:
+            calls.append("charge")
+            return 42
+
+        first = await step.run("charge", charge)
+        second = await step.run("email", lambda: calls.append("email") or 7)
+        if len(calls) < 4:
+            raise RuntimeError("flaky network")
+        return [first, second]
+
+    result = steps.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "ready" and row.attempt == 1
+    assert "flaky network" in (row.last_error or "")
+    assert row.run_at.timestamp() == pytest.approx(clock.now() + 10)
+    assert drain(memory) == 0  # not runnable before its backoff passes
+    clock.advance(10)
+    drain(memory)
+    # Recorded steps were replayed: the attempt raised again, no step ran twice.
+    assert calls == ["charge", "email"]
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "ready" and row.attempt == 2
+    assert row.run_at.timestamp() == pytest.approx(clock.now() + 20)
+
+
+def test_dead_letter_after_last_attempt_keeps_error(memory: MemoryDriver, clock: ManualClock) -> None:
+    @job(name="always.fails", tenant="none", retry=NO_JITTER)
+    def fails(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        raise ValueError("bad data in row 7")
+
+    result = fails.enqueue(driver=memory)
+    for _ in range(3):
+        drain(memory)
+        clock.advance(100)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "dead" and row.attempt == 3
+    assert "ValueError: bad data in row 7" in (row.last_error or "")
+    assert row.finished_at is not None
+
+
+def test_non_retryable_error_dead_letters_at_once(memory: MemoryDriver) -> None:
+    @job(name="permanent", tenant="none", retry=NO_JITTER)
+    def permanent(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        err = XError("this can never work", "fix the data", code="X_APP_PERMANENT")
+        err.retryable = False
+        raise err
+
+    result = permanent.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "dead" and row.attempt == 1
+    assert "X_APP_PERMANENT" in (row.last_error or "")
+
+
+def test_duplicate_step_name_is_refused(memory: MemoryDriver) -> None:
+    @job(name="dup.steps", tenant="none", retry=NO_JITTER)
+    def dup(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        step.run("a", lambda: 1)
+        step.run("a", lambda: 2)
+
+    result = dup.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "dead"
+    assert "X_STEP_DUPLICATE" in (row.last_error or "")
+    assert '"a"' in (row.last_error or "")
+
+
+def test_step_result_must_be_json(memory: MemoryDriver) -> None:
+    @job(name="bad.step", tenant="none", retry=NO_JITTER)
+    def bad(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        step.run("obj", lambda: object())
+
+    result = bad.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and "X_STEP_RESULT" in (row.last_error or "")
+
+
+def test_sleep_suspends_without_burning_an_attempt(memory: MemoryDriver, clock: ManualClock) -> None:
+    calls: list[str] = []
+
+    @job(name="drip", tenant="none", retry=RetryPolicy(max_attempts=1))
+    async def drip(input: Any, ctx: Ctx, step: AsyncStep) -> str:
+        await step.run("welcome", lambda: calls.append("welcome") or "sent")
+        await step.sleep("wait-3-days", "3d")
+        await step.run("follow-up", lambda: calls.append("follow-up") or "sent")
+        return "finished"
+
+    result = drip.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    # max_attempts=1 and still alive: a suspension is not an attempt.
+    assert row is not None and row.state == "suspended" and row.attempt == 0
+    clock.advance(86400)
+    assert drain(memory) == 0
+    clock.advance(2 * 86400)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "done" and row.result == "finished"
+    assert calls == ["welcome", "follow-up"]
+
+
+def test_timeout_aborts_the_attempt_and_retries(memory: MemoryDriver) -> None:
+    observed: list[str | None] = []
+
+    @job(name="slow", tenant="none", timeout=0.05, retry=NO_JITTER)
+    def slow(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        step.signal.wait(5)  # returns as soon as the worker aborts the attempt
+        observed.append(step.signal.reason)
+        step.signal.raise_if_aborted()
+
+    result = slow.enqueue(driver=memory)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "ready" and row.attempt == 1
+    assert "X_JOB_TIMEOUT" in (row.last_error or "")
+    assert observed == ["timeout"]
+
+
+def test_async_timeout_cancels_the_task(memory: MemoryDriver) -> None:
+    cancelled = threading.Event()
+
+    @job(name="slow.async", tenant="none", timeout=0.05, retry=RetryPolicy(max_attempts=1))
+    async def slow(input: Any, ctx: Ctx, step: AsyncStep) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    result = slow.enqueue(driver=memory)
+    drain(memory)
+    assert cancelled.is_set()
+    assert state(memory, result.id) == "dead"
+
+
+def test_cancel_reaches_a_running_attempt_through_heartbeat(memory: MemoryDriver) -> None:
+    started = threading.Event()
+    reasons: list[str | None] = []
+
+    @job(name="long", tenant="none")
+    def long(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        started.set()
+        step.signal.wait(10)
+        reasons.append(step.signal.reason)
+        step.run("after-cancel", lambda: "must not be recorded")
+
+    result = long.enqueue(driver=memory)
+
+    def cancel_when_started() -> None:
+        started.wait(10)
+        memory.cancel(result.id, "operator said stop")
+
+    canceller = threading.Thread(target=cancel_when_started)
+    canceller.start()
+    events: list[WorkerEvent] = []
+    drain(memory, visibility_timeout=5, heartbeat_interval=0.01, on_event=events.append)
+    canceller.join()
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "cancelled" and row.last_error == "operator said stop"
+    assert reasons == ["cancelled"]
+    assert memory.steps.load(row.run_id) == {}
+    assert [e.kind for e in events if e.kind != "claimed"] == ["aborted"]
+
+
+def test_stale_attempt_cannot_record_steps_or_ack(memory: MemoryDriver, clock: ManualClock) -> None:
+    """A worker whose claim lapsed and was re-taken is fenced out of steps and settlement."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    @job(name="stale", tenant="none")
+    def stale(input: Any, ctx: Ctx, step: SyncStep) -> str:
+        entered.set()
+        release.wait(10)
+        step.run("late", lambda: "from the stale attempt")
+        return "stale result"
+
+    result = stale.enqueue(driver=memory)
+
+    def steal() -> None:
+        entered.wait(10)
+        clock.advance(60)  # the first claim's visibility lapses...
+        from ultimat3.jobs import ClaimRequest
+
+        taken = memory.claim(ClaimRequest(worker_id="other", visibility_timeout=300))
+        assert [c.job.id for c in taken] == [result.id]  # ...and another worker re-claims
+        release.set()
+
+    thief = threading.Thread(target=steal)
+    thief.start()
+    # Heartbeats far apart so only the fence, not a heartbeat, can stop the stale attempt.
+    drain(memory, visibility_timeout=30, heartbeat_interval=10)
+    thief.join()
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "running" and row.claimed_by == "other"
+    assert memory.steps.load(row.run_id) == {}
+
+
+def test_shutdown_releases_unfinished_attempts_without_burning_them(memory: MemoryDriver) -> None:
+    entered = threading.Event()
+
+    @job(name="stubborn", tenant="none", retry=RetryPolicy(max_attempts=1))
+    def stubborn(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        entered.set()
+        step.signal.wait(10)
+        step.signal.raise_if_aborted()
+
+    result = stubborn.enqueue(driver=memory)
+    worker = Worker(memory, environment="test", grace_period=0.05, poll_interval=0.01)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.to_thread(entered.wait, 10)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "suspended" and row.attempt == 0
+    assert "shutdown" in (row.last_error or "")
+
+
+def test_run_loop_picks_up_new_jobs_and_stops(memory: MemoryDriver) -> None:
+    done = threading.Event()
+    seen: list[int] = []
+
+    @job(name="collect", tenant="none", input=Item)
+    async def collect(input: Item, ctx: Ctx, step: AsyncStep) -> None:
+        seen.append(input.n)
+        if len(seen) == 20:
+            done.set()
+
+    worker = Worker(memory, environment="test", concurrency=4, poll_interval=5)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(0)
+        for n in range(20):  # enqueued after the worker went idle: the subscription wakes it
+            await collect.aenqueue({"n": n}, driver=memory)
+        await asyncio.to_thread(done.wait, 10)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    assert sorted(seen) == list(range(20))
+
+
+def test_aborted_error_without_abort_is_a_failure(memory: MemoryDriver) -> None:
+    @job(name="raises.aborted", tenant="none", retry=RetryPolicy(max_attempts=1))
+    def handler(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        raise JobAbortedError("raises.aborted", "made up")
+
+    result = handler.enqueue(driver=memory)
+    drain(memory)
+    assert state(memory, result.id) == "dead"
+
+
+def test_attempts_exhausted_by_lost_workers_dead_letters(memory: MemoryDriver, clock: ManualClock) -> None:
+    from ultimat3.jobs import ClaimRequest
+
+    @job(name="poison", tenant="none", retry=RetryPolicy(max_attempts=2))
+    def poison(input: Any, ctx: Ctx, step: SyncStep) -> None:
+        raise AssertionError("must not run: its attempts were spent by lost workers")
+
+    result = poison.enqueue(driver=memory)
+    for _ in range(2):  # two workers claim it and die without settling
+        memory.claim(ClaimRequest(worker_id="doomed", visibility_timeout=1))
+        clock.advance(2)
+    drain(memory)
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "dead"
+    assert "X_JOB_ATTEMPTS_EXHAUSTED" in (row.last_error or "")
+
+
+def test_worker_config_is_validated(memory: MemoryDriver) -> None:
+    with pytest.raises(XError) as caught:
+        Worker(memory, concurrency=0)
+    assert caught.value.code == "X_WORKER_CONCURRENCY"
+    with pytest.raises(XError) as caught:
+        Worker(memory, visibility_timeout=3, heartbeat_interval=5)
+    assert caught.value.code == "X_WORKER_CONFIG"
