@@ -14,6 +14,7 @@ nor write a checkpoint for it.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -203,7 +204,7 @@ class JobIntrospection(Protocol):
         """One job, or ``None`` when no job has that id."""
         ...
 
-    def stats(self) -> list[QueueStats]:
+    def stats(self) -> builtins.list[QueueStats]:
         """Counts per state for every queue that holds a job, ordered by queue name."""
         ...
 

@@ -64,3 +64,10 @@ class DriverError(XError):
     """The driver could not do what was asked (bad URL, unreachable database, wrong connection)."""
 
     code = "X_DRIVER"
+
+
+class StepResultError(XError):
+    """A step returned something that is not JSON; retrying would return it again."""
+
+    code = "X_STEP_RESULT"
+    retryable = False

@@ -16,10 +16,9 @@ from typing import Any, TypeVar
 from pydantic_core import to_jsonable_python
 
 from ultimat3.core.clock import Clock, to_datetime
-from ultimat3.core.errors import XError
 from ultimat3.jobs.driver import ClaimedJob, JobDriver, StepRecord
 from ultimat3.jobs.duration import DurationInput, parse_duration
-from ultimat3.jobs.errors import StepDuplicateError
+from ultimat3.jobs.errors import StepDuplicateError, StepResultError
 from ultimat3.jobs.signal import AbortSignal
 
 T = TypeVar("T")
@@ -40,7 +39,7 @@ def _jsonable(job: str, step: str, value: Any) -> Any:
     try:
         return to_jsonable_python(value)
     except Exception as error:
-        raise XError(
+        raise StepResultError(
             f'job "{job}" step "{step}" returned {type(value).__name__}, which is not JSON',
             "return JSON-ready data from a step (dicts, lists, str, numbers, bool, None, pydantic models)",
             code="X_STEP_RESULT",

@@ -1,0 +1,1 @@
+"""The driver contract suite: every test here runs against every driver."""
