@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from psycopg import sql
 
 from ultimat3.core.clock import ManualClock
 from ultimat3.jobs.driver import JobDriver
@@ -46,8 +48,12 @@ def _driver_class(module: str, name: str) -> Any:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """The test database URL, checked for reachability once per session."""
+def postgres_url() -> Iterator[str]:
+    """The test database URL, checked for reachability once per session, with its own schema.
+
+    The schema keeps the suite's TRUNCATEs away from anything else using the same database
+    (another test session, a benchmark, a developer's worker).
+    """
     url = postgres_test_url()
     try:
         import psycopg
@@ -55,7 +61,15 @@ def postgres_url() -> str:
         psycopg.connect(url, connect_timeout=3).close()
     except Exception as exc:
         _unavailable(f"PostgreSQL at X_TEST_DATABASE_URL={url} is unreachable: {exc}")
-    return url
+    schema = f"x_contract_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    separator = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def _reset_postgres(url: str) -> None:

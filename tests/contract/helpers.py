@@ -149,5 +149,5 @@ class Backdoor:
         else:
             import psycopg
 
-            with psycopg.connect(postgres_test_url(), autocommit=True) as conn:
+            with psycopg.connect(self._driver.url, autocommit=True) as conn:
                 conn.execute("UPDATE x_jobs SET attempt = %s WHERE id = %s", (attempt, job_id))

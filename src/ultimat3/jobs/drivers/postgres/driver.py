@@ -1,0 +1,937 @@
+"""The PostgreSQL driver: psycopg 3 over a ``psycopg_pool.ConnectionPool``, for a fleet of workers.
+
+Every statement is in ``queries.sql`` and every value a parameter. Every time written comes from
+the injected clock (passed in as an aware UTC datetime, never ``now()``), so the contract suite can
+move a :class:`~ultimat3.core.ManualClock` instead of sleeping.
+
+Pooled connections run in autocommit: the hot paths (enqueue, claim, ack, nack, heartbeat, a
+step's checkpoint) are each ONE statement, i.e. one round trip, and atomic on their own. Only the
+few multi-statement operations open a transaction.
+
+Connection loss (a server restart, ``pg_terminate_backend``): the statement is retried once on a
+fresh connection after the pool has dropped its other dead ones. Retrying is safe or harmless
+everywhere: an enqueue or a lease carries its own id/token, minted before the first try, so the
+retry first looks for what the lost attempt may have committed; a claim whose reply was lost
+leaves its jobs ``running`` until their visibility lapses and they are claimed again (jobs are
+at-least-once anyway); a settlement or heartbeat that did commit reports ``False`` on the retry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from ultimat3.core.clock import Clock, system_clock, to_datetime
+from ultimat3.core.errors import ConfigError, XError
+from ultimat3.jobs.driver import (
+    JOB_STATES,
+    BackfillRun,
+    BackfillStatus,
+    ClaimedJob,
+    ClaimRequest,
+    EnqueueRequest,
+    EnqueueResult,
+    JobFilter,
+    JobRecord,
+    Lease,
+    MigrationRecord,
+    NackRequest,
+    QueueStats,
+    StepRecord,
+    WakeCallback,
+)
+from ultimat3.jobs.drivers.postgres.listener import Listener
+from ultimat3.jobs.drivers.postgres.queries import QUERIES, load_migrations
+from ultimat3.jobs.errors import DriverError, JobDuplicateError, StepResultError
+
+__all__ = [
+    "DEFAULT_CHANNEL",
+    "PostgresBackfillLedger",
+    "PostgresDriver",
+    "PostgresIntrospection",
+    "PostgresLeaseStore",
+    "PostgresMigrationLedger",
+    "PostgresStepStore",
+    "conninfo_from_url",
+]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+Row = dict[str, Any]
+
+#: The NOTIFY channel enqueues announce themselves on.
+DEFAULT_CHANNEL: Final = "x_jobs"
+_SCHEMES: Final = ("postgres", "postgresql", "postgresql+psycopg")
+_FINISHED_BACKFILL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+_EVERY_JOB: Final = JobFilter()
+#: Rows deleted per prune statement: bounded so a big prune never holds long locks or a huge WAL burst.
+PRUNE_CHUNK: Final = 1000
+# How often an enqueue re-runs when the live row it collided with finished before it could be read.
+_RACE_RETRIES: Final = 8
+# How long subscribe() waits for LISTEN to be in effect before returning anyway.
+_LISTEN_READY_TIMEOUT: Final = 5.0
+_Q: Final = QUERIES
+
+
+def conninfo_from_url(url: str) -> str:
+    """The libpq URL for a ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://`` URL."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        raise DriverError(
+            f"{url!r} is not a PostgreSQL URL",
+            "write postgresql://user:password@host:5432/database",
+            code="X_DATABASE_URL",
+        )
+    return "postgresql://" + rest
+
+
+def _utc(value: datetime) -> datetime:
+    """A timestamptz as the aware UTC datetime every driver reports, whatever the session zone."""
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def _as_is(text: Any) -> str:
+    """``dumps`` for a value already serialised (and validated) by :func:`_json_text`."""
+    return str(text)
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text, refusing what a ``jsonb`` column refuses (NaN and infinities too).
+
+    Raises ``TypeError``/``ValueError`` like the memory driver, before anything reaches the server.
+    """
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
+def _jsonb(value: Any) -> Jsonb:
+    return Jsonb(_json_text(value), dumps=_as_is)
+
+
+def _job(row: Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        name=row["name"],
+        queue=row["queue"],
+        payload=row["payload"],
+        state=row["state"],
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=_utc(row["run_at"]),
+        created_at=_utc(row["created_at"]),
+        updated_at=_utc(row["updated_at"]),
+        idempotency_key=row["idempotency_key"],
+        tenant_id=row["tenant_id"],
+        traceparent=row["traceparent"],
+        enqueued_by=row["enqueued_by"],
+        claimed_by=row["claimed_by"],
+        visible_at=_utc_or_none(row["visible_at"]),
+        finished_at=_utc_or_none(row["finished_at"]),
+        last_error=row["last_error"],
+        result=row["result"],
+    )
+
+
+def _backfill(row: Row) -> BackfillRun:
+    return BackfillRun(
+        run_id=row["run_id"],
+        name=row["name"],
+        checksum=row["checksum"],
+        status=row["status"],
+        batches=row["batches"],
+        rows=row["rows"],
+        started_at=_utc(row["started_at"]),
+        job_id=row["job_id"],
+        finished_at=_utc_or_none(row["finished_at"]),
+        error=row["error"],
+    )
+
+
+def _lease(row: Row) -> Lease:
+    return Lease(
+        key=row["key"],
+        slot=row["slot"],
+        holder=row["holder"],
+        token=row["token"],
+        expires_at=_utc(row["expires_at"]),
+    )
+
+
+def _rows(conn: Conn) -> psycopg.Cursor[Row]:
+    """A cursor yielding dicts, whatever row factory the connection (maybe a caller's) has."""
+    return conn.cursor(row_factory=dict_row)
+
+
+def _tuples(conn: Conn) -> psycopg.Cursor[tuple[Any, ...]]:
+    return conn.cursor(row_factory=tuple_row)
+
+
+class _Database:
+    """The pool, the clock and the retry-once-on-a-lost-connection rule, shared by every part."""
+
+    def __init__(self, pool: ConnectionPool[Conn], clock: Clock) -> None:
+        self.pool = pool
+        self.clock = clock
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def run(self, op: Callable[[Conn, bool], T]) -> T:
+        """``op(conn, retrying)`` on a pooled connection, once more on a fresh one if it was lost."""
+        retrying = False
+        while True:
+            used: Conn | None = None
+            try:
+                with self.pool.connection() as conn:
+                    used = conn
+                    return op(conn, retrying)
+            except PoolClosed as exc:
+                raise DriverError(
+                    "the PostgresDriver was closed",
+                    "use the driver before close(), or create a new one",
+                    code="X_DRIVER_CLOSED",
+                ) from exc
+            except PoolTimeout as exc:
+                raise DriverError(
+                    f"no PostgreSQL connection within {self.pool.timeout:g}s: {exc}",
+                    "check that the server at X_DATABASE_URL is up and accepts connections",
+                    code="X_DRIVER_UNAVAILABLE",
+                ) from exc
+            except psycopg.OperationalError as exc:
+                # Only a dead connection is retried: a query error on a live one is the caller's.
+                if used is None or not used.closed:
+                    raise
+                if retrying:
+                    raise DriverError(
+                        f"lost the PostgreSQL connection twice in a row: {exc}",
+                        "check that the server at X_DATABASE_URL is up; the operation may be retried",
+                        code="X_DRIVER_UNAVAILABLE",
+                    ) from exc
+                _log.warning("PostgreSQL connection lost (%s); retrying once on a fresh one", exc)
+                # A restart kills every idle connection at once: drop them all, not one per call.
+                self.pool.check()
+                retrying = True
+
+
+def _caller_connection(connection: Any) -> Conn:
+    """The psycopg connection behind a caller's psycopg or SQLAlchemy ``Connection``."""
+    if isinstance(connection, psycopg.Connection):
+        return connection
+    # Imported here: only transactional enqueues pay for loading SQLAlchemy.
+    from sqlalchemy.engine import Connection as SAConnection
+
+    if isinstance(connection, SAConnection):
+        # What any execute on it would do ("autobegin"): the caller's commit() then covers the job.
+        if not connection.in_transaction():
+            connection.begin()
+        raw = connection.connection.driver_connection
+        if isinstance(raw, psycopg.Connection):
+            return raw
+        raise DriverError(
+            f"the SQLAlchemy connection uses the {connection.dialect.driver!r} DBAPI, not psycopg 3",
+            'create the engine as create_engine("postgresql+psycopg://...") to enqueue inside it',
+            code="X_DRIVER_CONNECTION",
+        )
+    raise DriverError(
+        f"cannot enqueue inside a {type(connection).__module__}.{type(connection).__qualname__}",
+        "pass a psycopg (3) Connection or a SQLAlchemy Connection on a postgresql+psycopg engine,"
+        " in the transaction the job must commit with",
+        code="X_DRIVER_CONNECTION",
+    )
+
+
+@contextmanager
+def _all_or_nothing(conn: Conn) -> Iterator[None]:
+    """Make several statements on a caller's connection atomic without ending its transaction.
+
+    In autocommit there is no caller transaction: open (and commit) our own. Otherwise a savepoint,
+    so a failure undoes only our rows and the caller's transaction stays usable (and theirs to end).
+    psycopg's ``transaction()`` is not used there: on an idle connection it would COMMIT on exit.
+    """
+    if conn.autocommit:
+        with conn.transaction():
+            yield
+        return
+    with _tuples(conn) as cur:
+        cur.execute("SAVEPOINT x_enqueue")
+        try:
+            yield
+        except BaseException:
+            if not conn.closed:
+                with suppress(psycopg.Error):
+                    cur.execute("ROLLBACK TO SAVEPOINT x_enqueue")
+                    cur.execute("RELEASE SAVEPOINT x_enqueue")
+            raise
+        cur.execute("RELEASE SAVEPOINT x_enqueue")
+
+
+class PostgresIntrospection:
+    """The read side, for the CLI and dashboards."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
+        return None if row is None else _job(row)
+
+    def stats(self) -> list[QueueStats]:
+        """Counts for all seven states of every queue that holds a job, by queue name."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_stats"]).fetchall())
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, count in rows:
+            counts.setdefault(queue, dict.fromkeys(JOB_STATES, 0))[state] = count
+        return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
+
+    # Defined last: a method named ``list`` would shadow the builtin in later annotations.
+    def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        params = {
+            "queue": filter.queue,
+            "name": filter.name,
+            "state": filter.state,
+            "tenant_id": filter.tenant_id,
+            "limit": max(0, filter.limit),
+        }
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_list"], params).fetchall())
+        return [_job(row) for row in rows]
+
+
+class PostgresStepStore:
+    """Durable step results keyed by (run id, step name); first write wins."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["steps_load"], {"run_id": run_id}).fetchall())
+        return {
+            row["name"]: StepRecord(
+                run_id=row["run_id"], name=row["name"], result=row["result"], created_at=_utc(row["created_at"])
+            )
+            for row in rows
+        }
+
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
+
+        ``True`` also when the run already had the step (its first result is kept). Raises
+        :class:`~ultimat3.jobs.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
+        ``result`` is not JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
+        """
+        try:
+            value = _jsonb(result)
+        except (TypeError, ValueError) as exc:
+            raise StepResultError(
+                f'step "{name}" returned a value that is not JSON ({type(result).__name__}): {exc}',
+                "return JSON from a step: dicts, lists, strings, numbers (finite), booleans or None",
+                code="X_STEP_RESULT",
+            ) from exc
+        params = {
+            "id": job_id,
+            "token": claim_token,
+            "name": name,
+            "result": value,
+            "now": to_datetime(self._db.now()),
+        }
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params).fetchone())
+        return row is not None and row[0] == 1
+
+
+class PostgresBackfillLedger:
+    """The ``x_backfills`` ledger: one row per pass, history never overwritten."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
+        params = {
+            "run_id": run_id,
+            "name": name,
+            "checksum": checksum,
+            "job_id": job_id,
+            "now": to_datetime(self._db.now()),
+        }
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_start"], params).fetchone())
+        assert row is not None  # INSERT .. ON CONFLICT DO UPDATE always returns the row
+        return _backfill(row)
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
+        params = {"run_id": run_id, "batches": batches, "rows": rows}
+        self._db.run(lambda conn, _: conn.execute(_Q["backfill_progress"], params))
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""
+        if status not in _FINISHED_BACKFILL:
+            raise ConfigError(
+                f"backfill run {run_id!r} cannot finish as {status!r}",
+                "finish a pass as 'completed', 'failed' or 'cancelled'",
+                code="X_BACKFILL_STATUS",
+            )
+        params = {"run_id": run_id, "status": status, "error": error, "now": to_datetime(self._db.now())}
+        self._db.run(lambda conn, _: conn.execute(_Q["backfill_finish"], params))
+
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_get"], {"run_id": run_id}).fetchone())
+        return None if row is None else _backfill(row)
+
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        row = self._db.run(
+            lambda conn, _: _rows(conn).execute(_Q["backfill_last_completed"], {"name": name}).fetchone()
+        )
+        return None if row is None else _backfill(row)
+
+    def list(self, name: str | None = None) -> list[BackfillRun]:
+        """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_list"], {"name": name}).fetchall())
+        return [_backfill(row) for row in rows]
+
+
+class PostgresLeaseStore:
+    """Fleet slots ``0..limit-1`` per key; a slot is free when it has no row or its row expired."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
+        if limit < 1:
+            raise XError(
+                f"lease {key!r} asked for limit {limit}",
+                "a fleet limit is at least 1 concurrent holder",
+                code="X_LEASE_LIMIT",
+            )
+        now = self._db.now()
+        params = {
+            "key": key,
+            "holder": holder,
+            "limit": limit,
+            "token": uuid.uuid4().hex,
+            "now": to_datetime(now),
+            "expires_at": to_datetime(now + ttl),
+        }
+
+        def op(conn: Conn, retrying: bool) -> Row | None:
+            with conn.transaction():
+                cur = _rows(conn)
+                if retrying:
+                    # The lost attempt may have committed: the token is ours alone.
+                    held = cur.execute(_Q["lease_by_token"], params).fetchone()
+                    if held is not None:
+                        return held
+                cur.execute(_Q["lease_lock"], params)
+                return cur.execute(_Q["lease_acquire"], params).fetchone()
+
+        row = self._db.run(op)
+        return None if row is None else _lease(row)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a lease still held under its token (even if it expired meanwhile but nobody
+        re-took the slot: only the token decides); ``None`` when it was lost."""
+        params = {
+            "key": lease.key,
+            "slot": lease.slot,
+            "token": lease.token,
+            "expires_at": to_datetime(self._db.now() + ttl),
+        }
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_renew"], params).fetchone())
+        return None if row is None else _lease(row)
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
+        return self._db.run(lambda conn, _: conn.execute(_Q["lease_release"], params).rowcount) == 1
+
+    def holders(self, key: str) -> list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        params = {"key": key, "now": to_datetime(self._db.now())}
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_holders"], params).fetchall())
+        return [_lease(row) for row in rows]
+
+
+class PostgresMigrationLedger:
+    """The ``x_migrations`` ledger (the library's migrations and the app's)."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first (in the order they were recorded)."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["migrations_applied"]).fetchall())
+        return [MigrationRecord(id=mid, applied_at=_utc(at)) for mid, at in rows]
+
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        row = self._db.run(
+            lambda conn, _: _tuples(conn).execute(_Q["migration_is_applied"], {"id": migration_id}).fetchone()
+        )
+        return bool(row and row[0])
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied now; a second call keeps the first time."""
+        params = {"id": migration_id, "now": to_datetime(self._db.now())}
+        self._db.run(lambda conn, _: conn.execute(_Q["migration_mark"], params))
+
+
+class _Staged:
+    """One enqueue request turned into column values (JSON validated, ids minted, state decided)."""
+
+    __slots__ = ("id", "params", "request", "run_id")
+
+    def __init__(self, request: EnqueueRequest, now: float) -> None:
+        run_at = now if request.run_at is None else request.run_at
+        self.request = request
+        self.id = str(uuid.uuid4())
+        self.run_id = str(uuid.uuid4())
+        self.params: dict[str, Any] = {
+            "id": self.id,
+            "run_id": self.run_id,
+            "name": request.name,
+            "queue": request.queue,
+            "payload": _jsonb(request.payload),
+            "state": "delayed" if run_at > now else "ready",
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "run_at": to_datetime(run_at),
+            "key": request.idempotency_key,
+            "tenant_id": request.tenant_id,
+            "traceparent": request.traceparent,
+            "enqueued_by": request.enqueued_by,
+            "now": to_datetime(now),
+        }
+
+    def duplicate(self, existing_id: str) -> JobDuplicateError:
+        assert self.request.idempotency_key is not None
+        return JobDuplicateError(self.request.name, self.request.idempotency_key, existing_id)
+
+
+class PostgresDriver:
+    """A :class:`~ultimat3.jobs.driver.JobDriver` on PostgreSQL: a fleet of workers shares it.
+
+    ``url``: ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://``. ``min_size`` and
+    ``max_size`` bound the connection pool (the LISTEN connection is extra, opened on the first
+    :meth:`subscribe`). ``channel`` is the NOTIFY channel; drivers that should wake each other
+    must share it. All methods are thread-safe.
+    """
+
+    name = "postgres"
+    supports_listen_notify = True
+    supports_transactional_enqueue = True
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        channel: str = DEFAULT_CHANNEL,
+    ) -> None:
+        self.url = url
+        self.channel = channel
+        self._conninfo = conninfo_from_url(url)
+        #: Every timestamp this driver writes comes from here (never the server's ``now()``).
+        self.clock: Clock = clock if clock is not None else system_clock
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=True,
+            name=f"ultimat3-{channel}",
+            timeout=10.0,
+        )
+        self._db = _Database(self._pool, self.clock)
+        self._lock = threading.Lock()
+        self._subscribers: list[WakeCallback] = []
+        self._listener: Listener | None = None
+        self._closed = False
+        self.introspect = PostgresIntrospection(self._db)
+        self.steps = PostgresStepStore(self._db)
+        self.backfills = PostgresBackfillLedger(self._db)
+        self.leases = PostgresLeaseStore(self._db)
+        self.migrations = PostgresMigrationLedger(self._db)
+
+    def __repr__(self) -> str:
+        return f"PostgresDriver(channel={self.channel!r})"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply the library's migration files not yet in ``x_migrations``; ids applied now.
+
+        Each file runs in its own transaction under ``pg_advisory_xact_lock``, re-reading the
+        ledger once it holds the lock, so workers booting together apply each file exactly once.
+        """
+        applied: list[str] = []
+        for migration_id, script in load_migrations():
+
+            def op(conn: Conn, _: bool, migration_id: str = migration_id, script: str = script) -> bool:
+                with conn.transaction():
+                    cur = _tuples(conn)
+                    cur.execute(_Q["migrate_lock"])
+                    exists = cur.execute(_Q["migrations_table_exists"]).fetchone()
+                    if exists and exists[0]:
+                        done = cur.execute(_Q["migration_is_applied"], {"id": migration_id}).fetchone()
+                        if done and done[0]:
+                            return False
+                    # No parameters: psycopg sends the file as one simple query, every statement of it.
+                    cur.execute(script)
+                    cur.execute(_Q["migration_mark"], {"id": migration_id, "now": to_datetime(self.clock.now())})
+                    return True
+
+            if self._db.run(op):
+                applied.append(migration_id)
+        return applied
+
+    def close(self) -> None:
+        """Stop the listener thread and close the pool. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.request_stop()
+            # The listener waits on its connection; a NOTIFY on its private channel ends the wait now.
+            with suppress(Exception), self._pool.connection(timeout=1.0) as conn:
+                conn.execute(_Q["notify"], {"channel": listener.wake_channel, "queues": ["stop"]})
+            listener.join(timeout=5.0)
+        self._pool.close()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest, connection: Any = None) -> EnqueueResult:
+        """Write one job, deduplicated per (name, idempotency key) among live states.
+
+        ``connection``: a caller's psycopg or SQLAlchemy connection; the job is written in its
+        transaction (not committed: it commits or rolls back with the caller's work).
+        """
+        staged = _Staged(request, self.clock.now())
+        if connection is not None:
+            return self._enqueue_one(_caller_connection(connection), staged, retrying=False)
+        result = self._db.run(lambda conn, retrying: self._enqueue_one(conn, staged, retrying))
+        if not result.deduped:
+            self._wake([request.queue])
+        return result
+
+    def _enqueue_one(self, conn: Conn, staged: _Staged, retrying: bool) -> EnqueueResult:
+        cur = _tuples(conn)
+        if retrying:
+            row = cur.execute(_Q["jobs_by_ids"], {"ids": [staged.id]}).fetchone()
+            if row is not None:
+                return EnqueueResult(id=row[0], run_id=row[1], deduped=False)
+        params = {**staged.params, "channel": self.channel}
+        for _ in range(_RACE_RETRIES):
+            row = cur.execute(_Q["enqueue"], params).fetchone()
+            if row is None:
+                continue  # the live row we collided with finished before we could read it: again
+            job_id, run_id, deduped, _notified = row
+            if deduped and staged.request.on_conflict == "error":
+                raise staged.duplicate(job_id)
+            return EnqueueResult(id=job_id, run_id=run_id, deduped=deduped)
+        raise self._race_lost(staged.request)
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """Write several jobs all-or-nothing (one transaction), with ``enqueue``'s rules each."""
+        if len(requests) <= 1:
+            return [self.enqueue(request, connection) for request in requests]
+        now = self.clock.now()
+        staged = [_Staged(request, now) for request in requests]
+        if connection is not None:
+            conn = _caller_connection(connection)
+            with _all_or_nothing(conn):
+                return self._enqueue_batch(conn, staged, retrying=False)
+
+        def op(conn: Conn, retrying: bool) -> list[EnqueueResult]:
+            with conn.transaction():
+                return self._enqueue_batch(conn, staged, retrying)
+
+        results = self._db.run(op)
+        self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
+        return results
+
+    def _enqueue_batch(self, conn: Conn, staged: list[_Staged], retrying: bool) -> list[EnqueueResult]:
+        cur = _tuples(conn)
+        results: list[EnqueueResult | None] = [None] * len(staged)
+        inserted: set[str] = set()
+        if retrying:
+            # The lost attempt may have committed (the batch is atomic: then all its inserts did).
+            rows = cur.execute(_Q["jobs_by_ids"], {"ids": [item.id for item in staged]}).fetchall()
+            inserted.update(row[0] for row in rows)
+        pending = list(range(len(staged)))
+        for _ in range(_RACE_RETRIES):
+            to_insert = [i for i in pending if staged[i].id not in inserted]
+            if to_insert:
+                rows = cur.execute(_Q["enqueue_many"], self._batch_params(staged, to_insert)).fetchall()
+                inserted.update(row[0] for row in rows if row[0] is not None)
+            conflicted: list[int] = []
+            for i in pending:
+                if staged[i].id in inserted:
+                    results[i] = EnqueueResult(id=staged[i].id, run_id=staged[i].run_id, deduped=False)
+                else:
+                    conflicted.append(i)
+            if not conflicted:
+                break
+            # Skipped by the conflict clause: a live job holds the key (maybe one staged just now).
+            names = [staged[i].request.name for i in conflicted]
+            keys = [staged[i].request.idempotency_key for i in conflicted]
+            live = {
+                (row[0], row[1]): (row[2], row[3])
+                for row in cur.execute(_Q["live_by_keys"], {"names": names, "keys": keys}).fetchall()
+            }
+            pending = []
+            for i in conflicted:
+                holder = live.get((staged[i].request.name, staged[i].request.idempotency_key))
+                if holder is None:
+                    pending.append(i)  # it finished in between: insert again
+                    continue
+                if staged[i].request.on_conflict == "error":
+                    raise staged[i].duplicate(holder[0])
+                results[i] = EnqueueResult(id=holder[0], run_id=holder[1], deduped=True)
+            if not pending:
+                break
+        else:
+            raise self._race_lost(staged[pending[0]].request)
+        return [result for result in results if result is not None]
+
+    def _batch_params(self, staged: list[_Staged], indexes: list[int]) -> dict[str, Any]:
+        def column(key: str) -> list[Any]:
+            return [staged[i].params[key] for i in indexes]
+
+        return {
+            "ids": column("id"),
+            "run_ids": column("run_id"),
+            "names": column("name"),
+            "queues": column("queue"),
+            "payloads": column("payload"),
+            "states": column("state"),
+            "priorities": column("priority"),
+            "max_attempts": column("max_attempts"),
+            "run_ats": column("run_at"),
+            "keys": column("key"),
+            "tenant_ids": column("tenant_id"),
+            "traceparents": column("traceparent"),
+            "enqueued_bys": column("enqueued_by"),
+            "now": staged[indexes[0]].params["now"],
+            "channel": self.channel,
+        }
+
+    @staticmethod
+    def _race_lost(request: EnqueueRequest) -> DriverError:
+        return DriverError(
+            f'enqueue of "{request.name}" kept colliding with live jobs under key'
+            f" {request.idempotency_key!r} that finished before they could be read",
+            "retry the enqueue; inside your own transaction, use READ COMMITTED isolation",
+            code="X_DRIVER_RACE",
+        )
+
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens.
+
+        One statement (see ``claim_*`` in ``queries.sql``): waiting jobs whose ``run_at`` has come
+        and lapsed ``running`` ones, in claim order, locked with ``FOR UPDATE SKIP LOCKED``.
+        """
+        if request.limit < 1:
+            return []
+        queues = None if request.queues is None else list(dict.fromkeys(request.queues))
+        names = None if request.names is None else list(dict.fromkeys(request.names))
+        if queues == [] or names == []:
+            return []  # "none of these" matches nothing
+        now = self.clock.now()
+        params: dict[str, Any] = {
+            "now": to_datetime(now),
+            "visible_at": to_datetime(now + request.visibility_timeout),
+            "limit": request.limit,
+            "worker": request.worker_id,
+            "names": names,
+        }
+        if queues is None:
+            query = _Q["claim_any"]
+        elif len(queues) == 1:
+            # Equality, not ANY: only then can the planner walk x_jobs_claim_idx in claim order.
+            query = _Q["claim_queue"]
+            params["queue"] = queues[0]
+        else:
+            query = _Q["claim_queues"]
+            params["queues"] = queues
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(query, params).fetchall())
+        rows.sort(key=lambda row: row["ord"])
+        return [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
+
+    def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
+        """Mark ``done`` with ``result`` if still running under ``claim_token``."""
+        params = {"id": job_id, "token": claim_token, "result": _jsonb(result), "now": to_datetime(self.clock.now())}
+        return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params).rowcount) == 1
+
+    def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
+        """Put the attempt back (retry or suspension) or dead-letter it, if still fenced-in."""
+        now = self.clock.now()
+        params = {
+            "id": job_id,
+            "token": claim_token,
+            "dead": request.dead_letter,
+            "counts": request.counts_as_attempt,
+            "run_at": to_datetime(now + request.delay),
+            "error": request.error,
+            "now": to_datetime(now),
+        }
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["nack"], params).fetchone())
+        if row is None:
+            return False
+        self._wake([row[0]])
+        return True
+
+    def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
+        """Extend the claim to ``now + visibility_timeout``; ``False`` when the claim is gone."""
+        now = self.clock.now()
+        params = {
+            "id": job_id,
+            "token": claim_token,
+            "visible_at": to_datetime(now + visibility_timeout),
+            "now": to_datetime(now),
+        }
+        return self._db.run(lambda conn, _: conn.execute(_Q["heartbeat"], params).rowcount) == 1
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        """Cancel an unfinished job; finished jobs come back unchanged, unknown ids as ``None``."""
+        params = {"id": job_id, "reason": reason, "now": to_datetime(self.clock.now())}
+
+        def op(conn: Conn, _: bool) -> Row | None:
+            cur = _rows(conn)
+            row = cur.execute(_Q["cancel"], params).fetchone()
+            return row if row is not None else cur.execute(_Q["job_get"], params).fetchone()
+
+        row = self._db.run(op)
+        return None if row is None else _job(row)
+
+    def retry(self, job_id: str) -> JobRecord | None:
+        """Make a ``dead`` or ``cancelled`` job ``ready`` now with ``attempt`` 0, same run.
+
+        Raises :class:`~ultimat3.jobs.errors.JobDuplicateError` when another live job holds the
+        job's (name, idempotency key) meanwhile.
+        """
+        params = {"id": job_id, "now": to_datetime(self.clock.now()), "channel": self.channel}
+
+        def op(conn: Conn, _: bool) -> tuple[Row | None, bool]:
+            cur = _rows(conn)
+            for _attempt in range(_RACE_RETRIES):
+                try:
+                    row = cur.execute(_Q["retry"], params).fetchone()
+                except pg_errors.UniqueViolation:
+                    # Autocommit: the failed statement left nothing behind, the connection is usable.
+                    current = cur.execute(_Q["job_get"], params).fetchone()
+                    if current is None or current["idempotency_key"] is None:
+                        raise
+                    holder = cur.execute(
+                        _Q["live_holder"], {"id": job_id, "name": current["name"], "key": current["idempotency_key"]}
+                    ).fetchone()
+                    if holder is not None:
+                        raise JobDuplicateError(current["name"], current["idempotency_key"], holder["id"]) from None
+                    continue  # the holder finished in between: try again
+                if row is not None:
+                    return row, True
+                return cur.execute(_Q["job_get"], params).fetchone(), False
+            raise DriverError(
+                f"retry of job {job_id} kept colliding with live jobs that finished before they could be read",
+                "retry the operation",
+                code="X_DRIVER_RACE",
+            )
+
+        row, changed = self._db.run(op)
+        if row is None:
+            return None
+        record = _job(row)
+        if changed:
+            self._wake([record.queue])
+        return record
+
+    def prune(self, older_than: float) -> int:
+        """Delete finished jobs finished at or before ``now - older_than``, and their steps.
+
+        In chunks of :data:`PRUNE_CHUNK` rows, each its own statement, oldest first.
+        """
+        params = {"cutoff": to_datetime(self.clock.now() - older_than), "chunk": PRUNE_CHUNK}
+        total = 0
+        while True:
+            row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["prune_chunk"], params).fetchone())
+            deleted = 0 if row is None else int(row[0])
+            total += deleted
+            if deleted < PRUNE_CHUNK:
+                return total
+
+    # -- wake-ups -------------------------------------------------------------------------------
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback(queue)`` when a job may have become runnable, from any thread.
+
+        Sources: a NOTIFY from any process's enqueue (through a LISTEN thread started on the first
+        subscription, which this call waits for, up to a few seconds, so an enqueue made after it
+        returns is seen); this driver's own committed enqueues, nacks and retries, in-process; and
+        ``"*"`` after the LISTEN connection was re-established (anything may have been missed).
+        """
+        with self._lock:
+            if self._closed:
+                raise DriverError(
+                    "subscribe() on a closed PostgresDriver",
+                    "subscribe before close(), or create a new driver",
+                    code="X_DRIVER_CLOSED",
+                )
+            self._subscribers.append(callback)
+            listener = self._listener
+            if listener is None:
+                listener = self._listener = Listener(self._conninfo, self.channel, self._dispatch)
+                listener.start()
+        if not listener.wait_listening(_LISTEN_READY_TIMEOUT):
+            _log.warning("LISTEN %s not in effect yet; wake-ups from other processes start once it is", self.channel)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    @property
+    def listener(self) -> Listener | None:
+        """The LISTEN thread, once something subscribed (for diagnostics and tests)."""
+        return self._listener
+
+    def _wake(self, queues: Sequence[str]) -> None:
+        for queue in dict.fromkeys(queues):
+            self._dispatch(queue)
+
+    def _dispatch(self, queue: str) -> None:
+        with self._lock:
+            callbacks = list(self._subscribers)
+        for callback in callbacks:
+            try:
+                callback(queue)
+            except Exception:
+                # A broken subscriber must not fail the write that already happened.
+                _log.exception("wake-up callback %r failed for queue %r", callback, queue)

@@ -1,0 +1,407 @@
+-- Every statement the PostgreSQL driver sends, by name. `queries.py` parses this file once into a
+-- dict: a block starts at a `-- name: NAME --` line and runs to the next one. Whole-line comments
+-- are dropped on load (psycopg would read a percent sign in them as a placeholder). Every value is
+-- a %(named)s parameter; every time is the driver's clock, passed in, never now().
+--
+-- Shared vocabulary: "waiting" states are ready, delayed and suspended (claimable once run_at has
+-- come); "live" states add running (they hold the idempotency key); "final" states are done, dead
+-- and cancelled.
+
+-- ----------------------------------------------------------------------------------------------
+-- Migrations
+-- ----------------------------------------------------------------------------------------------
+
+-- name: migrate_lock --
+-- Held to the end of the migration's transaction: workers booting together apply it once. Keyed
+-- by schema, so two schemas of one database migrate independently.
+SELECT pg_advisory_xact_lock(hashtextextended('ultimat3:migrate:' || current_schema(), 0))
+
+-- name: migrations_table_exists --
+SELECT to_regclass('x_migrations') IS NOT NULL
+
+-- name: migration_ids --
+SELECT id FROM x_migrations
+
+-- name: migration_mark --
+INSERT INTO x_migrations (id, applied_at) VALUES (%(id)s, %(now)s)
+ON CONFLICT (id) DO NOTHING
+
+-- name: migrations_applied --
+SELECT id, applied_at FROM x_migrations ORDER BY seq
+
+-- name: migration_is_applied --
+SELECT EXISTS (SELECT 1 FROM x_migrations WHERE id = %(id)s)
+
+-- ----------------------------------------------------------------------------------------------
+-- Enqueue
+-- ----------------------------------------------------------------------------------------------
+
+-- name: enqueue --
+-- One job in one statement: insert unless a live job holds (name, key), else return that job.
+-- The NOTIFY rides in the same statement, so it is delivered exactly when the row commits. When
+-- nothing comes back, the conflicting row finished (or was committed after this statement's
+-- snapshot) between the two halves: the caller simply runs it again.
+WITH ins AS (
+    INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at)
+    VALUES (%(id)s, %(run_id)s, %(name)s, %(queue)s, %(payload)s, %(state)s, %(priority)s, 0,
+            %(max_attempts)s, %(run_at)s, %(key)s, %(tenant_id)s, %(traceparent)s, %(enqueued_by)s,
+            %(now)s, %(now)s)
+    ON CONFLICT (name, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
+        DO NOTHING
+    RETURNING id, run_id, queue
+)
+SELECT id, run_id, false AS deduped, pg_notify(%(channel)s, queue)::text AS notified FROM ins
+UNION ALL
+SELECT id, run_id, true, NULL FROM x_jobs
+WHERE NOT EXISTS (SELECT 1 FROM ins)
+  AND %(key)s::text IS NOT NULL
+  AND name = %(name)s AND idempotency_key = %(key)s
+  AND state IN ('ready', 'delayed', 'running', 'suspended')
+
+-- name: enqueue_many --
+-- A batch in one statement: arrays in, one row per inserted job out, plus one NOTIFY per queue.
+-- Rows go in request order, so of two requests sharing a (name, key) the first is the one kept.
+-- Requests the conflict clause skipped are resolved by `live_by_keys` in the same transaction.
+WITH ins AS (
+    INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at)
+    SELECT t.id, t.run_id, t.name, t.queue, t.payload, t.state, t.priority, 0, t.max_attempts, t.run_at,
+           t.idempotency_key, t.tenant_id, t.traceparent, t.enqueued_by, %(now)s, %(now)s
+    FROM unnest(%(ids)s::text[], %(run_ids)s::text[], %(names)s::text[], %(queues)s::text[],
+                %(payloads)s::jsonb[], %(states)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
+                %(run_ats)s::timestamptz[], %(keys)s::text[], %(tenant_ids)s::text[],
+                %(traceparents)s::text[], %(enqueued_bys)s::text[])
+         WITH ORDINALITY AS t(id, run_id, name, queue, payload, state, priority, max_attempts, run_at,
+                              idempotency_key, tenant_id, traceparent, enqueued_by, ord)
+    ORDER BY t.ord
+    ON CONFLICT (name, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
+        DO NOTHING
+    RETURNING id, queue
+)
+SELECT id, NULL::text AS notified FROM ins
+UNION ALL
+SELECT NULL, pg_notify(%(channel)s, q.queue)::text FROM (SELECT DISTINCT queue FROM ins) AS q
+
+-- name: live_by_keys --
+-- The live holders of some (name, key) pairs; sees rows this transaction just inserted.
+SELECT j.name, j.idempotency_key, j.id, j.run_id
+FROM x_jobs AS j
+JOIN unnest(%(names)s::text[], %(keys)s::text[]) AS k(name, idempotency_key)
+  ON j.name = k.name AND j.idempotency_key = k.idempotency_key
+WHERE j.state IN ('ready', 'delayed', 'running', 'suspended')
+
+-- name: jobs_by_ids --
+-- After a lost connection: which of these ids did the failed attempt already commit?
+SELECT id, run_id FROM x_jobs WHERE id = ANY(%(ids)s::text[])
+
+-- name: notify --
+SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
+
+-- ----------------------------------------------------------------------------------------------
+-- Claim: one statement each. Two branches, each walking its own partial index in claim order and
+-- locking with SKIP LOCKED so concurrent claimers split the work instead of queueing on it:
+--   waiting: ready/delayed/suspended rows whose run_at has come (x_jobs_claim_idx or
+--            x_jobs_claim_any_idx);
+--   lapsed:  running rows whose visibility ran out, their worker presumed lost
+--            (x_jobs_running_visible_idx; normally empty, so nearly free).
+-- The union is cut to the limit in claim order and those rows move to running with attempt + 1
+-- and a new claim token (worker : attempt : random) -- new even when the same worker re-claims.
+-- `ord` gives the caller the claim order back (RETURNING has none).
+-- Three variants differ only in the queue predicate, so each gets the plan that fits it: one
+-- queue walks x_jobs_claim_idx from (queue) on, every queue walks x_jobs_claim_any_idx.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: claim_queue --
+WITH waiting AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND queue = %(queue)s
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state = 'running' AND visible_at <= %(now)s
+      AND queue = %(queue)s
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
+    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+)
+UPDATE x_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    claimed_by = %(worker)s,
+    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
+    visible_at = %(visible_at)s,
+    updated_at = %(now)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING picked.ord, j.*
+
+-- name: claim_queues --
+WITH waiting AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND queue = ANY(%(queues)s::text[])
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state = 'running' AND visible_at <= %(now)s
+      AND queue = ANY(%(queues)s::text[])
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
+    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+)
+UPDATE x_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    claimed_by = %(worker)s,
+    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
+    visible_at = %(visible_at)s,
+    updated_at = %(now)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING picked.ord, j.*
+
+-- name: claim_any --
+WITH waiting AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    SELECT id, priority, run_at FROM x_jobs
+    WHERE state = 'running' AND visible_at <= %(now)s
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
+    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+)
+UPDATE x_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    claimed_by = %(worker)s,
+    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
+    visible_at = %(visible_at)s,
+    updated_at = %(now)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING picked.ord, j.*
+
+-- ----------------------------------------------------------------------------------------------
+-- Settlement: every write a worker makes is FENCED on (running, its claim token) in the WHERE
+-- clause itself, so a stale worker's write matches no row and changes nothing.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: ack --
+UPDATE x_jobs
+SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
+    claim_token = NULL, visible_at = NULL
+WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+
+-- name: nack --
+-- dead_letter ends the job; a suspension (counts = false) gives the attempt back, floored at 0;
+-- otherwise the job is ready again at run_at. The error is kept only when one is given.
+UPDATE x_jobs
+SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s THEN 'ready' ELSE 'suspended' END,
+    run_at = CASE WHEN %(dead)s THEN run_at ELSE %(run_at)s END,
+    attempt = CASE WHEN %(dead)s OR %(counts)s THEN attempt ELSE greatest(attempt - 1, 0) END,
+    finished_at = CASE WHEN %(dead)s THEN %(now)s ELSE NULL END,
+    last_error = coalesce(%(error)s, last_error),
+    claim_token = NULL,
+    visible_at = NULL,
+    updated_at = %(now)s
+WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+RETURNING queue
+
+-- name: heartbeat --
+UPDATE x_jobs SET visible_at = %(visible_at)s, updated_at = %(now)s
+WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+
+-- ----------------------------------------------------------------------------------------------
+-- Operator actions
+-- ----------------------------------------------------------------------------------------------
+
+-- name: cancel --
+-- Dropping the claim token is what makes the running attempt's next heartbeat fail.
+UPDATE x_jobs
+SET state = 'cancelled', last_error = coalesce(%(reason)s, last_error), finished_at = %(now)s,
+    updated_at = %(now)s, claim_token = NULL, visible_at = NULL
+WHERE id = %(id)s AND state IN ('ready', 'delayed', 'running', 'suspended')
+RETURNING *
+
+-- name: retry --
+-- Same row, same run_id: the run's recorded steps replay. last_error is kept for the operator.
+-- Raises a unique violation when another live job took the (name, key) meanwhile. The NOTIFY
+-- wakes other processes' workers: the job is runnable now.
+UPDATE x_jobs
+SET state = 'ready', attempt = 0, run_at = %(now)s, finished_at = NULL, claim_token = NULL,
+    visible_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+RETURNING *, pg_notify(%(channel)s, queue)::text AS notified
+
+-- name: live_holder --
+SELECT id FROM x_jobs
+WHERE name = %(name)s AND idempotency_key = %(key)s AND id <> %(id)s
+  AND state IN ('ready', 'delayed', 'running', 'suspended')
+
+-- name: prune_chunk --
+-- One bounded chunk, oldest first. The steps of a deleted job's run go too unless another job
+-- still points at the run (the NOT EXISTS must skip this chunk's rows itself: every part of one
+-- statement reads the same snapshot, which still shows them).
+WITH doomed AS (
+    SELECT id, run_id FROM x_jobs
+    WHERE state IN ('done', 'dead', 'cancelled') AND finished_at <= %(cutoff)s
+    ORDER BY finished_at
+    LIMIT %(chunk)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM x_jobs AS j USING doomed WHERE j.id = doomed.id
+    RETURNING j.run_id
+), steps AS (
+    DELETE FROM x_job_steps AS s
+    WHERE s.run_id IN (SELECT run_id FROM deleted)
+      AND NOT EXISTS (
+          SELECT 1 FROM x_jobs AS other
+          WHERE other.run_id = s.run_id AND other.id NOT IN (SELECT id FROM doomed)
+      )
+)
+SELECT count(*) FROM deleted
+
+-- ----------------------------------------------------------------------------------------------
+-- Introspection
+-- ----------------------------------------------------------------------------------------------
+
+-- name: job_get --
+SELECT * FROM x_jobs WHERE id = %(id)s
+
+-- name: job_list --
+SELECT * FROM x_jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(name)s::text IS NULL OR name = %(name)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: job_stats --
+SELECT queue, state, count(*) FROM x_jobs GROUP BY queue, state ORDER BY queue
+
+-- ----------------------------------------------------------------------------------------------
+-- Steps
+-- ----------------------------------------------------------------------------------------------
+
+-- name: steps_load --
+SELECT run_id, name, result, created_at FROM x_job_steps WHERE run_id = %(run_id)s
+
+-- name: steps_record --
+-- FENCED: the job row is share-locked under the fence, so a concurrent ack/nack/cancel either
+-- lands first (and the fence fails) or waits for this write. First write of a name wins; the
+-- count says whether the fence held, whether or not the name was new.
+WITH job AS (
+    SELECT run_id FROM x_jobs
+    WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+    FOR SHARE
+), ins AS (
+    INSERT INTO x_job_steps (run_id, name, result, created_at)
+    SELECT run_id, %(name)s, %(result)s, %(now)s FROM job
+    ON CONFLICT (run_id, name) DO NOTHING
+)
+SELECT count(*) FROM job
+
+-- ----------------------------------------------------------------------------------------------
+-- Backfill ledger
+-- ----------------------------------------------------------------------------------------------
+
+-- name: backfill_start --
+-- A retried attempt of the same pass reopens its row; progress and start time stay.
+INSERT INTO x_backfills (run_id, name, checksum, status, batches, rows, started_at, job_id)
+VALUES (%(run_id)s, %(name)s, %(checksum)s, 'running', 0, 0, %(now)s, %(job_id)s)
+ON CONFLICT (run_id) DO UPDATE
+SET status = 'running', error = NULL, finished_at = NULL,
+    job_id = coalesce(x_backfills.job_id, EXCLUDED.job_id)
+RETURNING *
+
+-- name: backfill_progress --
+UPDATE x_backfills SET batches = %(batches)s, rows = %(rows)s WHERE run_id = %(run_id)s
+
+-- name: backfill_finish --
+UPDATE x_backfills SET status = %(status)s, error = %(error)s, finished_at = %(now)s
+WHERE run_id = %(run_id)s
+
+-- name: backfill_get --
+SELECT * FROM x_backfills WHERE run_id = %(run_id)s
+
+-- name: backfill_last_completed --
+SELECT * FROM x_backfills
+WHERE name = %(name)s AND status = 'completed' AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, run_id DESC
+LIMIT 1
+
+-- name: backfill_list --
+SELECT * FROM x_backfills
+WHERE %(name)s::text IS NULL OR name = %(name)s
+ORDER BY started_at DESC, run_id DESC
+
+-- ----------------------------------------------------------------------------------------------
+-- Leases: slots 0..limit-1 of a key; a slot is free when it has no row or its row expired.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: lease_lock --
+-- Serialises acquirers of one key for the transaction: the slot choice below reads, then writes.
+SELECT pg_advisory_xact_lock(hashtextextended('ultimat3:lease:' || %(key)s, 0))
+
+-- name: lease_acquire --
+INSERT INTO x_leases (key, slot, holder, token, expires_at)
+SELECT %(key)s, s.slot, %(holder)s, %(token)s, %(expires_at)s
+FROM generate_series(0, %(limit)s - 1) AS s(slot)
+WHERE NOT EXISTS (
+    SELECT 1 FROM x_leases AS l WHERE l.key = %(key)s AND l.slot = s.slot AND l.expires_at > %(now)s
+)
+ORDER BY s.slot
+LIMIT 1
+ON CONFLICT (key, slot) DO UPDATE
+SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+WHERE x_leases.expires_at <= %(now)s
+RETURNING *
+
+-- name: lease_by_token --
+SELECT * FROM x_leases WHERE key = %(key)s AND token = %(token)s
+
+-- name: lease_renew --
+-- Only the token decides: an expired lease nobody re-took is still this holder's.
+UPDATE x_leases SET expires_at = %(expires_at)s
+WHERE key = %(key)s AND slot = %(slot)s AND token = %(token)s
+RETURNING *
+
+-- name: lease_release --
+DELETE FROM x_leases WHERE key = %(key)s AND slot = %(slot)s AND token = %(token)s
+
+-- name: lease_holders --
+SELECT * FROM x_leases WHERE key = %(key)s AND expires_at > %(now)s ORDER BY slot

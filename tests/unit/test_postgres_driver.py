@@ -1,0 +1,515 @@
+"""PostgreSQL-only behaviour of the postgres driver; the shared semantics live in tests/contract.
+
+Each test module run gets its own schema (``search_path`` in the URL) and each driver its own
+NOTIFY channel, so these tests neither see nor disturb anyone else using the same database. The
+server is ``X_TEST_DATABASE_URL``; unreachable, the tests skip locally and fail in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from ultimat3.core.clock import ManualClock, system_clock, to_datetime
+from ultimat3.jobs.driver import ClaimRequest, EnqueueRequest, JobDriver
+from ultimat3.jobs.drivers.postgres.driver import PostgresDriver, conninfo_from_url
+from ultimat3.jobs.drivers.postgres.listener import WAKE_ALL
+from ultimat3.jobs.drivers.postgres.queries import QUERIES, load_migrations, parse_queries
+from ultimat3.jobs.errors import DriverError, JobDuplicateError
+
+pytestmark = pytest.mark.postgres
+
+DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _base_url() -> str:
+    return os.environ.get("X_TEST_DATABASE_URL") or DEFAULT_TEST_DATABASE_URL
+
+
+def _with_params(url: str, **params: str) -> str:
+    """``url`` with these libpq URI parameters set (replacing any of the same name)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.update(params)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@pytest.fixture(scope="module")
+def admin_url() -> str:
+    """The server's URL without a schema, checked for reachability once."""
+    url = _base_url()
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except Exception as exc:
+        reason = f"PostgreSQL at X_TEST_DATABASE_URL={url} is unreachable: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture(scope="module")
+def schema(admin_url: str) -> Iterator[str]:
+    """A schema of this module's own, dropped afterwards."""
+    name = f"x_unit_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def url(admin_url: str, schema: str) -> str:
+    """The URL every driver here uses: the module's schema first on the search path."""
+    return _with_params(admin_url, options=f"-csearch_path={schema}")
+
+
+@pytest.fixture(scope="module")
+def migrated(url: str) -> str:
+    """``url`` once the library's tables exist in the module's schema."""
+    driver = PostgresDriver(url)
+    try:
+        driver.migrate()
+    finally:
+        driver.close()
+    return url
+
+
+@pytest.fixture
+def channel() -> str:
+    """A NOTIFY channel no other test (or process) shares."""
+    return f"x_jobs_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def make_driver(migrated: str, channel: str) -> Iterator[Callable[..., PostgresDriver]]:
+    """Build drivers on the migrated schema and the test's channel; all closed after the test."""
+    built: list[PostgresDriver] = []
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_leases")
+
+    def make(**kwargs: Any) -> PostgresDriver:
+        kwargs.setdefault("channel", channel)
+        driver = PostgresDriver(kwargs.pop("url", migrated), **kwargs)
+        built.append(driver)
+        return driver
+
+    yield make
+    for driver in built:
+        driver.close()
+
+
+class Seen:
+    """A subscriber that records queues and lets a test wait (on an event, never a sleep)."""
+
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, queue: str) -> None:
+        with self._cond:
+            self.queues.append(queue)
+            self._cond.notify_all()
+
+    def wait_for(self, queue: str, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: queue in self.queues, timeout)
+
+
+def _job(name: str = "task", **fields: Any) -> EnqueueRequest:
+    return EnqueueRequest(name=name, payload={}, **fields)
+
+
+# -- no server needed ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg", "PostgreSQL"])
+def test_every_postgres_scheme_is_accepted(scheme: str) -> None:
+    assert conninfo_from_url(f"{scheme}://u@h:5432/db?sslmode=disable") == "postgresql://u@h:5432/db?sslmode=disable"
+
+
+@pytest.mark.parametrize("url", ["mysql://u@h/db", "postgresql:/nope", "sqlite:///x.db"])
+def test_other_urls_are_refused_with_a_code(url: str) -> None:
+    with pytest.raises(DriverError) as caught:
+        conninfo_from_url(url)
+    assert caught.value.code == "X_DATABASE_URL"
+
+
+def test_queries_file_parses_into_named_statements_without_comments() -> None:
+    parsed = parse_queries("ignored\n-- name: one --\n-- 100% a comment\nSELECT 1\n\n-- name: two --\nSELECT 2\n")
+    assert parsed == {"one": "SELECT 1", "two": "SELECT 2"}
+    with pytest.raises(ValueError, match="twice"):
+        parse_queries("-- name: a --\nSELECT 1\n-- name: a --\nSELECT 2\n")
+
+
+def test_no_statement_reads_the_servers_clock() -> None:
+    # Every time is the injected clock's: the contract suite moves a ManualClock.
+    for name, text in QUERIES.items():
+        lowered = text.lower()
+        for forbidden in ("now()", "current_timestamp", "clock_timestamp", "localtimestamp"):
+            assert forbidden not in lowered, f"query {name} reads the server clock ({forbidden})"
+
+
+def test_migrations_are_numbered_and_prefixed() -> None:
+    ids = [migration_id for migration_id, _ in load_migrations()]
+    assert ids[0] == "x:0001_init"
+    assert ids == sorted(ids)
+
+
+# -- against the server -------------------------------------------------------------------------
+
+
+def test_concurrent_migrate_applies_each_file_once(admin_url: str) -> None:
+    schema = f"x_unit_mig_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    url = _with_params(admin_url, options=f"-csearch_path={schema}")
+    drivers = [PostgresDriver(url, min_size=1, max_size=1) for _ in range(4)]
+    results: list[list[str]] = []
+    barrier = threading.Barrier(len(drivers))
+
+    def boot(driver: PostgresDriver) -> None:
+        barrier.wait()
+        results.append(driver.migrate())
+
+    try:
+        threads = [threading.Thread(target=boot, args=(driver,)) for driver in drivers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(results) == [[], [], [], ["x:0001_init"]]
+        assert [record.id for record in drivers[0].migrations.applied()] == ["x:0001_init"]
+    finally:
+        for driver in drivers:
+            driver.close()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_notify_wakes_a_subscriber_of_another_driver_within_a_second(
+    make_driver: Callable[..., PostgresDriver],
+) -> None:
+    worker, app = make_driver(), make_driver()
+    seen = Seen()
+    worker.subscribe(seen)  # returns once LISTEN is in effect
+    started = time.monotonic()
+    app.enqueue(_job(queue="mail"))
+    assert seen.wait_for("mail", timeout=1.0)
+    print(f"\nNOTIFY delivered {1000 * (time.monotonic() - started):.1f} ms after the enqueue call")
+
+
+def test_listener_reconnects_after_its_backend_is_terminated(
+    make_driver: Callable[..., PostgresDriver], admin_url: str
+) -> None:
+    worker, app = make_driver(), make_driver()
+    seen = Seen()
+    worker.subscribe(seen)
+    listener = worker.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    assert old_pid is not None
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    # Back and listening: every subscriber is told to re-poll, since notifications were missed.
+    assert seen.wait_for(WAKE_ALL, timeout=10.0)
+    assert listener.backend_pid not in (None, old_pid)
+    app.enqueue(_job(queue="after-restart"))
+    assert seen.wait_for("after-restart", timeout=1.0)
+
+
+def test_close_stops_the_listener_promptly(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver()
+    driver.subscribe(Seen())
+    listener = driver.listener
+    assert listener is not None
+    started = time.monotonic()
+    driver.close()
+    assert time.monotonic() - started < 1.0
+    assert not listener.listening
+    with pytest.raises(DriverError) as caught:
+        driver.subscribe(Seen())
+    assert caught.value.code == "X_DRIVER_CLOSED"
+
+
+def test_own_enqueues_wake_in_process_subscribers(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver()
+    seen = Seen()
+    unsubscribe = driver.subscribe(seen)
+    driver.enqueue_many([_job(queue="a"), _job(queue="b")])
+    assert seen.wait_for("a", 1.0)
+    assert seen.wait_for("b", 1.0)
+    unsubscribe()
+
+
+def test_transactional_enqueue_through_psycopg_rolls_back_with_the_caller(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    driver, watcher_driver = make_driver(), make_driver()
+    seen = Seen()
+    watcher_driver.subscribe(seen)
+    with psycopg.connect(migrated) as conn:  # not autocommit: the caller's own transaction
+        result = driver.enqueue(_job(queue="rolled-back"), connection=conn)
+        batch = driver.enqueue_many([_job(queue="rolled-back"), _job(queue="rolled-back")], connection=conn)
+        # Uncommitted: invisible to everyone else, the driver's own pool included.
+        assert driver.introspect.get(result.id) is None
+        conn.rollback()
+        for job_id in [result.id, *(item.id for item in batch)]:
+            assert driver.introspect.get(job_id) is None
+
+        kept = driver.enqueue(_job(queue="committed"), connection=conn)
+        assert driver.introspect.get(kept.id) is None
+        conn.commit()
+    assert driver.introspect.get(kept.id) is not None
+    # Notifications arrive in commit order: "committed" arriving proves "rolled-back" never will.
+    assert seen.wait_for("committed", timeout=1.0)
+    assert "rolled-back" not in seen.queues
+
+
+def test_transactional_enqueue_many_failure_leaves_the_callers_transaction_usable(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    driver = make_driver()
+    with psycopg.connect(migrated) as conn:
+        conn.execute("CREATE TEMP TABLE app_rows (id int)")
+        conn.execute("INSERT INTO app_rows VALUES (1)")
+        with pytest.raises(JobDuplicateError):
+            driver.enqueue_many(
+                [_job(idempotency_key="k", queue="q1"), _job(idempotency_key="k", on_conflict="error")],
+                connection=conn,
+            )
+        # All or nothing: the batch's first job went with it, the caller's row did not.
+        assert conn.execute("SELECT count(*) FROM x_jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM app_rows").fetchone() == (1,)
+        conn.commit()
+
+
+def test_transactional_enqueue_on_an_autocommit_connection_commits_at_once(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    driver = make_driver()
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        results = driver.enqueue_many([_job(), _job()], connection=conn)
+    assert all(driver.introspect.get(result.id) is not None for result in results)
+
+
+def test_transactional_enqueue_through_sqlalchemy(make_driver: Callable[..., PostgresDriver], migrated: str) -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    driver = make_driver()
+    engine = sqlalchemy.create_engine(migrated.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("CREATE TEMP TABLE orders (id int)"))
+            conn.commit()
+
+            conn.execute(sqlalchemy.text("INSERT INTO orders VALUES (1)"))
+            rolled_back = driver.enqueue(_job(), connection=conn)
+            conn.rollback()
+            assert driver.introspect.get(rolled_back.id) is None
+            assert conn.execute(sqlalchemy.text("SELECT count(*) FROM orders")).scalar() == 0
+
+            # The job first, before any statement of the caller's: it still joins their transaction.
+            committed = driver.enqueue(_job(), connection=conn)
+            conn.execute(sqlalchemy.text("INSERT INTO orders VALUES (2)"))
+            assert driver.introspect.get(committed.id) is None
+            conn.commit()
+            assert driver.introspect.get(committed.id) is not None
+
+        with pytest.raises(RuntimeError), engine.begin() as conn:
+            inside = driver.enqueue(_job(), connection=conn)
+            raise RuntimeError("the app's work failed")
+        assert driver.introspect.get(inside.id) is None
+    finally:
+        engine.dispose()
+
+
+def test_other_connection_types_are_refused_with_a_hint(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver()
+    conn = sqlite3.connect(":memory:")
+    try:
+        with pytest.raises(DriverError) as caught:
+            driver.enqueue(_job(), connection=conn)
+    finally:
+        conn.close()
+    assert caught.value.code == "X_DRIVER_CONNECTION"
+    assert "psycopg" in caught.value.hint
+
+
+def test_eight_concurrent_claimers_never_share_a_job(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver(max_size=10)
+    total = 400
+    driver.enqueue_many([_job() for _ in range(total)])
+    claimed: list[list[str]] = [[] for _ in range(8)]
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def claimer(index: int) -> None:
+        try:
+            barrier.wait()
+            while True:
+                got = driver.claim(ClaimRequest(worker_id=f"w{index}", limit=3))
+                if not got:
+                    return
+                claimed[index].extend(item.job.id for item in got)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    every = [job_id for ids in claimed for job_id in ids]
+    assert len(every) == len(set(every)) == total
+    assert sum(1 for ids in claimed if ids) > 1, "one claimer took everything: no concurrency was tested"
+
+
+def test_claim_uses_the_claim_index_on_100k_rows(make_driver: Callable[..., PostgresDriver], migrated: str) -> None:
+    driver = make_driver()
+    now = to_datetime(system_clock.now())  # the driver's clock too: the rows are runnable now
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        # 100,000 rows as a live system has them: mostly finished, a backlog on two queues.
+        conn.execute(
+            """
+            INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, run_at, created_at,
+                                updated_at, finished_at)
+            SELECT 'j' || lpad(i::text, 6, '0'), 'r' || i, 'task',
+                   CASE WHEN i %% 5 = 0 THEN 'other' ELSE 'default' END, '{}'::jsonb,
+                   CASE WHEN i <= 60000 THEN 'done' ELSE 'ready' END, i %% 3,
+                   %(now)s - make_interval(secs => i), %(now)s, %(now)s,
+                   CASE WHEN i <= 60000 THEN %(now)s END
+            FROM generate_series(1, 100000) AS i
+            """,
+            {"now": now},
+        )
+        conn.execute("ANALYZE x_jobs")
+        params = {"now": now, "visible_at": now, "limit": 10, "worker": "w", "names": ["task"], "queue": "default"}
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + QUERIES["claim_queue"], params))
+        print(f"\nEXPLAIN claim_queue on 100,000 rows:\n{plan}")
+        assert "x_jobs_claim_idx" in plan
+        assert "Seq Scan on x_jobs" not in plan
+
+        any_plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + QUERIES["claim_any"], params))
+        print(f"\nEXPLAIN claim_any on 100,000 rows:\n{any_plan}")
+        assert "x_jobs_claim_any_idx" in any_plan
+        assert "Seq Scan on x_jobs" not in any_plan
+
+    # And the statement planned is the one that runs: highest priority first, then oldest run_at.
+    got = driver.claim(ClaimRequest(worker_id="w", limit=3, queues=("default",)))
+    assert [item.job.priority for item in got] == [2, 2, 2]
+    assert [item.job.run_at for item in got] == sorted(item.job.run_at for item in got)
+
+
+def test_the_pool_recovers_when_its_connections_are_killed(
+    make_driver: Callable[..., PostgresDriver], migrated: str, admin_url: str
+) -> None:
+    app_name = f"x_unit_{uuid.uuid4().hex[:8]}"
+    driver = make_driver(url=_with_params(migrated, application_name=app_name), min_size=2, max_size=2)
+    first = driver.enqueue(_job())
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s) AS t",
+            [app_name],
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    # The first statement after the kill meets a dead connection and is retried on a fresh one,
+    # transactions included.
+    batch = driver.enqueue_many([_job(), _job()])
+    assert driver.introspect.get(first.id) is not None
+    assert all(driver.introspect.get(item.id) is not None for item in batch)
+    lease = driver.leases.acquire("k", "me", 1, 30)
+    assert lease is not None and lease.slot == 0
+
+
+def test_prune_deletes_in_chunks_and_keeps_steps_of_live_runs(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    clock = ManualClock()
+    driver = make_driver(clock=clock)
+    then = to_datetime(clock.now())
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO x_jobs (id, run_id, name, queue, state, run_at, created_at, updated_at, finished_at)
+            SELECT 'p' || i, CASE WHEN i = 1 THEN 'shared' ELSE 'r' || i END, 'task', 'default', 'done',
+                   %(t)s, %(t)s, %(t)s, %(t)s
+            FROM generate_series(1, 2500) AS i
+            """,
+            {"t": then},
+        )
+        conn.execute(
+            "INSERT INTO x_jobs (id, run_id, name, queue, state, run_at, created_at, updated_at)"
+            " VALUES ('live', 'shared', 'task', 'default', 'ready', %(t)s, %(t)s, %(t)s)",
+            {"t": then},
+        )
+        conn.execute(
+            "INSERT INTO x_job_steps (run_id, name, result, created_at)"
+            " VALUES ('shared', 's', 'true', %(t)s), ('r2', 's', 'true', %(t)s)",
+            {"t": then},
+        )
+    clock.advance(60)
+    assert driver.prune(30) == 2500
+    assert driver.introspect.get("live") is not None
+    assert set(driver.steps.load("shared")) == {"s"}
+    assert driver.steps.load("r2") == {}
+
+
+def test_enqueue_dedupes_against_a_live_row_and_errors_on_request(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver()
+    first = driver.enqueue(_job(idempotency_key="k"))
+    again = driver.enqueue(_job(idempotency_key="k"))
+    assert (again.id, again.deduped) == (first.id, True)
+    with pytest.raises(JobDuplicateError) as caught:
+        driver.enqueue(_job(idempotency_key="k", on_conflict="error"))
+    assert caught.value.existing_id == first.id
+
+
+def test_concurrent_enqueues_of_one_key_make_one_job(make_driver: Callable[..., PostgresDriver]) -> None:
+    # Each loser's INSERT waits on the winner's uncommitted row, then must still find it although
+    # it committed after the loser's statement began: the enqueue re-reads instead of failing.
+    driver = make_driver(max_size=8)
+    barrier = threading.Barrier(8)
+    results: list[Any] = []
+
+    def enqueue() -> None:
+        barrier.wait()
+        results.append(driver.enqueue(_job(idempotency_key="same")))
+
+    threads = [threading.Thread(target=enqueue) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 8
+    assert len({result.id for result in results}) == 1
+    assert sorted(result.deduped for result in results) == [False] + [True] * 7
+
+
+def test_is_a_job_driver(make_driver: Callable[..., PostgresDriver], migrated: str) -> None:
+    driver = make_driver()
+    assert isinstance(driver, JobDriver)
+    assert (driver.name, driver.url) == ("postgres", migrated)
+    assert driver.supports_listen_notify and driver.supports_transactional_enqueue
+
+
+def test_a_closed_driver_says_so(make_driver: Callable[..., PostgresDriver]) -> None:
+    driver = make_driver()
+    driver.close()
+    driver.close()  # idempotent
+    with pytest.raises(DriverError) as caught:
+        driver.introspect.get("x")
+    assert caught.value.code == "X_DRIVER_CLOSED"
