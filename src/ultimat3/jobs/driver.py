@@ -313,11 +313,33 @@ class JobDriver(Protocol):
     supports_listen_notify: bool
     #: True when ``enqueue(connection=...)`` can join a caller's transaction.
     supports_transactional_enqueue: bool
-    introspect: JobIntrospection
-    steps: StepStore
-    backfills: BackfillLedger
-    leases: LeaseStore
-    migrations: MigrationLedger
+
+    # Read-only in the protocol (properties are covariant), so a driver may expose its own
+    # concrete store types.
+    @property
+    def introspect(self) -> JobIntrospection:
+        """Listing, lookup and stats."""
+        ...
+
+    @property
+    def steps(self) -> StepStore:
+        """Durable step results."""
+        ...
+
+    @property
+    def backfills(self) -> BackfillLedger:
+        """The ``x_backfills`` ledger."""
+        ...
+
+    @property
+    def leases(self) -> LeaseStore:
+        """Fleet slots."""
+        ...
+
+    @property
+    def migrations(self) -> MigrationLedger:
+        """The ``x_migrations`` ledger."""
+        ...
 
     def migrate(self) -> list[str]:
         """Create or upgrade the library's tables; returns the migration ids applied now."""
