@@ -117,7 +117,9 @@ class NackRequest:
 
     ``counts_as_attempt=False`` is a suspension (``step.sleep``): the job becomes ``suspended``
     and its ``attempt`` goes back down by one, never below zero. ``dead_letter`` ends it as
-    ``dead``. Otherwise it becomes ``ready`` again ``delay`` seconds from now.
+    ``dead``. Otherwise it becomes ``ready`` (with ``run_at`` ``delay`` seconds from now: a
+    backoff is a waiting ``ready`` row, ``delayed`` is kept for what was enqueued for later).
+    ``error`` of ``None`` keeps the previous ``last_error``.
     """
 
     error: str | None = None
@@ -378,16 +380,18 @@ class JobDriver(Protocol):
 
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
         """Cancel a job that is not finished; returns the row (unchanged when it was already
-        ``done``, ``dead`` or ``cancelled``), or ``None`` for an unknown id."""
+        ``done``, ``dead`` or ``cancelled``), or ``None`` for an unknown id. ``reason`` becomes
+        ``last_error``; without one the previous ``last_error`` is kept. The claim is cleared."""
         ...
 
     def retry(self, job_id: str) -> JobRecord | None:
         """Operator retry: a ``dead`` or ``cancelled`` job becomes ``ready`` now with ``attempt``
-        0 and the same run (its recorded steps replay). Other states are returned unchanged."""
+        0 and the same run (its recorded steps replay), claim and visibility cleared. Other states
+        are returned unchanged; a second live job under the same key raises ``JobDuplicateError``."""
         ...
 
     def prune(self, older_than: float) -> int:
-        """Delete finished jobs (and their steps) finished more than ``older_than`` seconds ago."""
+        """Delete finished jobs (and their steps) with ``finished_at <= now - older_than``; returns the count."""
         ...
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:

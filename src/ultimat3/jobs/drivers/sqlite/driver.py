@@ -1,0 +1,869 @@
+"""The embedded SQLite driver: one file in WAL mode, shared by every thread and process on a host.
+
+Each thread gets its own connection (autocommit; the driver issues ``BEGIN IMMEDIATE`` itself), so
+every read-modify-write takes SQLite's single write lock before it reads: two processes claiming
+from one file can never both take a job. The SQL lives in ``queries.sql`` and ``migrations/``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+from ultimat3.core.clock import Clock, system_clock, to_datetime
+from ultimat3.core.errors import ConfigError, XError
+from ultimat3.jobs.driver import (
+    JOB_STATES,
+    BackfillLedger,
+    BackfillRun,
+    BackfillStatus,
+    ClaimedJob,
+    ClaimRequest,
+    EnqueueRequest,
+    EnqueueResult,
+    JobFilter,
+    JobIntrospection,
+    JobRecord,
+    JobState,
+    Lease,
+    LeaseStore,
+    MigrationLedger,
+    MigrationRecord,
+    NackRequest,
+    QueueStats,
+    StepRecord,
+    StepStore,
+    WakeCallback,
+)
+from ultimat3.jobs.drivers.sqlite._sql import QUERIES, Migration, load_migrations
+from ultimat3.jobs.errors import DriverError, JobDuplicateError
+
+__all__ = ["SqliteDriver", "sqlite_path"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_FINISHED_BACKFILL = frozenset({"completed", "failed", "cancelled"})
+_BUSY_BACKOFF_START = 0.005
+_BUSY_BACKOFF_MAX = 0.5
+_MEMORY_PATHS = (":memory:", "")
+_EVERY_JOB = JobFilter()
+#: The BEGIN that Python's sqlite3 would issue for a connection's ``isolation_level``.
+_BEGIN_FOR_ISOLATION = {
+    "": "BEGIN",
+    "DEFERRED": "BEGIN DEFERRED",
+    "IMMEDIATE": "BEGIN IMMEDIATE",
+    "EXCLUSIVE": "BEGIN EXCLUSIVE",
+}
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///relative.db`` or ``sqlite:////abs/path.db`` URL.
+
+    In-memory databases are refused: worker processes and the app must share one file.
+    """
+    scheme, sep, rest = url.partition(":")
+    if not sep or scheme.lower() != "sqlite" or not rest.startswith("///"):
+        raise XError(
+            f"{url!r} is not a SQLite database URL",
+            "write sqlite:///relative/path.db or sqlite:////absolute/path.db",
+            code="X_DATABASE_URL",
+        )
+    path = rest[3:]
+    if "?" in path:
+        raise XError(
+            f"SQLite database URL {url!r} has query parameters, which the driver does not read",
+            "write the bare file path: sqlite:///path/to/x.db",
+            code="X_DATABASE_URL",
+        )
+    if _is_memory(path):
+        raise XError(
+            f"SQLite database URL {url!r} names an in-memory database",
+            "workers and the app share jobs through a file: use sqlite:///x.db, or memory:// for tests",
+            code="X_DATABASE_URL",
+        )
+    return path
+
+
+def _is_memory(path: str) -> bool:
+    return path in _MEMORY_PATHS or path.startswith("file::memory:") or "mode=memory" in path
+
+
+def _dumps(value: Any, what: str, code: str, hint: str) -> str:
+    """JSON text for a column; NaN and infinities are refused as Postgres's jsonb refuses them."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} is not JSON ({type(value).__name__}): {exc}", hint, code=code) from exc
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dt_or_none(seconds: float | None) -> datetime | None:
+    return None if seconds is None else to_datetime(seconds)
+
+
+def _opens_transactions_implicitly(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` is in Python's legacy mode that BEGINs before the first write.
+
+    PEP 249 mode (Python 3.12 ``autocommit=False``) keeps a transaction open by itself, and
+    ``autocommit=True`` or ``isolation_level=None`` means the caller wants none.
+    """
+    autocommit = getattr(conn, "autocommit", None)
+    if autocommit is not None and autocommit != getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", None):
+        return False
+    return conn.isolation_level is not None
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return True
+    text = str(exc)
+    return "database is locked" in text or "database is busy" in text or "database table is locked" in text
+
+
+def _job_record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        name=row["name"],
+        queue=row["queue"],
+        payload=json.loads(row["payload"]),
+        state=cast(JobState, row["state"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=to_datetime(row["run_at"]),
+        created_at=to_datetime(row["created_at"]),
+        updated_at=to_datetime(row["updated_at"]),
+        idempotency_key=row["idempotency_key"],
+        tenant_id=row["tenant_id"],
+        traceparent=row["traceparent"],
+        enqueued_by=row["enqueued_by"],
+        claimed_by=row["claimed_by"],
+        visible_at=_dt_or_none(row["visible_at"]),
+        finished_at=_dt_or_none(row["finished_at"]),
+        last_error=row["last_error"],
+        result=_loads(row["result"]),
+    )
+
+
+def _backfill_run(row: sqlite3.Row) -> BackfillRun:
+    return BackfillRun(
+        run_id=row["run_id"],
+        name=row["name"],
+        checksum=row["checksum"],
+        status=cast(BackfillStatus, row["status"]),
+        batches=row["batches"],
+        rows=row["rows"],
+        started_at=to_datetime(row["started_at"]),
+        job_id=row["job_id"],
+        finished_at=_dt_or_none(row["finished_at"]),
+        error=row["error"],
+    )
+
+
+def _lease(row: sqlite3.Row) -> Lease:
+    return Lease(
+        key=row["key"],
+        slot=row["slot"],
+        holder=row["holder"],
+        token=row["token"],
+        expires_at=to_datetime(row["expires_at"]),
+    )
+
+
+@dataclass
+class _PreparedJob:
+    """The clock-independent half of an insert, computed before any lock is taken."""
+
+    request: EnqueueRequest
+    id: str
+    run_id: str
+    payload: str
+
+    def params(self, now: float) -> dict[str, Any]:
+        request = self.request
+        run_at = now if request.run_at is None else request.run_at
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "name": request.name,
+            "queue": request.queue,
+            "payload": self.payload,
+            "state": "delayed" if run_at > now else "ready",
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "run_at": run_at,
+            "idempotency_key": request.idempotency_key,
+            "tenant_id": request.tenant_id,
+            "traceparent": request.traceparent,
+            "enqueued_by": request.enqueued_by,
+            "now": now,
+        }
+
+
+def _prepare(request: EnqueueRequest) -> _PreparedJob:
+    payload = _dumps(
+        request.payload,
+        f'payload of job "{request.name}"',
+        "X_JOB_PAYLOAD",
+        "pass a dict of JSON values (str, int, float, bool, None, lists and dicts of them)",
+    )
+    return _PreparedJob(request, str(uuid.uuid4()), str(uuid.uuid4()), payload)
+
+
+def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], now: float) -> list[EnqueueResult]:
+    """Insert ``jobs`` on ``conn`` inside the caller's transaction, deduplicating keyed ones.
+
+    Uses its own tuple-row cursor: ``conn`` may be the app's connection with any row factory.
+    """
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    results: list[EnqueueResult | None] = [None] * len(jobs)
+    # Keyless jobs cannot collide: one executemany instead of a round trip each.
+    keyless = [(index, job) for index, job in enumerate(jobs) if job.request.idempotency_key is None]
+    if keyless:
+        cursor.executemany(QUERIES["job_insert"], [job.params(now) for _, job in keyless])
+        for index, job in keyless:
+            results[index] = EnqueueResult(job.id, job.run_id, False)
+    for index, job in enumerate(jobs):
+        key = job.request.idempotency_key
+        if key is None:
+            continue
+        cursor.execute(QUERIES["job_insert"], job.params(now))
+        if cursor.rowcount == 1:
+            results[index] = EnqueueResult(job.id, job.run_id, False)
+            continue
+        live = cursor.execute(QUERIES["job_live_by_key"], {"name": job.request.name, "idempotency_key": key}).fetchone()
+        if live is None:  # pragma: no cover - only a uuid4 primary-key collision gets here
+            raise DriverError(f"job {job.id} could not be written", "enqueue it again", code="X_DRIVER")
+        if job.request.on_conflict == "error":
+            raise JobDuplicateError(job.request.name, key, live[0])
+        results[index] = EnqueueResult(live[0], live[1], True)
+    return [result for result in results if result is not None]
+
+
+class SqliteDriver:
+    """:class:`~ultimat3.jobs.driver.JobDriver` over one SQLite file (WAL), for one host.
+
+    Several worker processes may share ``path``; each call that reads then writes runs inside
+    ``BEGIN IMMEDIATE``. ``busy_timeout`` (seconds) is how long a call may wait for the write lock
+    before it fails with ``X_DRIVER_BUSY``.
+    """
+
+    name = "sqlite"
+    supports_listen_notify = False
+    supports_transactional_enqueue = True
+
+    def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0) -> None:
+        if _is_memory(path):
+            raise XError(
+                "the SQLite driver needs a file, not an in-memory database",
+                "workers and the app share jobs through a file: pass a path such as 'x.db'",
+                code="X_DATABASE_URL",
+            )
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        # Resolved once: a later chdir must not point a new thread's connection at another file.
+        self._file = os.path.realpath(path)
+        #: Every timestamp this driver writes is read from this clock.
+        self.clock: Clock = clock if clock is not None else system_clock
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._orphans: list[sqlite3.Connection] = []
+        self._generation = 0
+        self._pid = os.getpid()
+        self._callbacks: dict[int, WakeCallback] = {}
+        self._next_callback = 0
+        # Annotated with the protocol types: the protocol's attributes are settable, so mypy
+        # compares them invariantly.
+        self.introspect: JobIntrospection = SqliteIntrospection(self)
+        self.steps: StepStore = SqliteStepStore(self)
+        self.backfills: BackfillLedger = SqliteBackfillLedger(self)
+        self.leases: LeaseStore = SqliteLeaseStore(self)
+        self.migrations: MigrationLedger = SqliteMigrationLedger(self)
+
+    def __repr__(self) -> str:
+        return f"SqliteDriver({self.path!r})"
+
+    # -- connections and transactions ------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        pid = os.getpid()
+        if conn is not None and local.generation == self._generation and local.pid == pid:
+            return conn
+        if pid != self._pid:
+            # A forked child must not use (or close) the parent's connections: SQLite forbids
+            # carrying a connection across fork(). Keep them referenced so they are never closed.
+            with self._lock:
+                self._orphans = self._connections
+                self._connections = []
+                self._generation += 1
+                self._pid = pid
+        conn = self._open()
+        local.conn = conn
+        local.generation = self._generation
+        local.pid = pid
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._file,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,  # only close() touches it from another thread
+            )
+        except sqlite3.Error as exc:
+            raise DriverError(
+                f"cannot open SQLite database {self.path!r}: {exc}",
+                "check that the directory exists and is writable by this process",
+                code="X_DRIVER_OPEN",
+            ) from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            # WAL lets readers run beside the one writer; NORMAL skips the fsync per commit (a
+            # power cut may lose the last commits, never corrupt the file).
+            self._retrying(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchall())
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _retrying(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn``, retrying with jittered backoff while SQLite reports the file busy.
+
+        SQLite's busy handler already waits up to ``busy_timeout`` for a lock; some BUSY results
+        skip it (a stale WAL snapshot, recovery), so those are retried here within the same budget.
+        The budget is real time (``time.monotonic``), not the driver's clock: it bounds a real wait.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        delay = _BUSY_BACKOFF_START
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() + delay >= deadline:
+                    raise DriverError(
+                        f"SQLite database {self.path!r} stayed locked for {self._busy_timeout:g}s: {exc}",
+                        "a long transaction holds the write lock; keep app transactions that enqueue "
+                        "short, or raise busy_timeout",
+                        code="X_DRIVER_BUSY",
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, _BUSY_BACKOFF_MAX)
+
+    def _write(self, fn: Callable[[sqlite3.Connection, float], _T]) -> _T:
+        """Run ``fn(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction; committed if it returns.
+
+        ``now`` is read after the write lock is held, so timestamps follow commit order.
+        """
+
+        def attempt() -> _T:
+            conn = self._connection()
+            if conn.in_transaction:  # left open by an interrupted call on this thread
+                conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn, self.clock.now())
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._retrying(attempt)
+
+    def _execute(self, query: str, params: dict[str, Any] | None = None) -> tuple[list[sqlite3.Row], int]:
+        """One statement in autocommit (atomic on its own): its rows and its rowcount."""
+
+        def attempt() -> tuple[list[sqlite3.Row], int]:
+            cursor = self._connection().execute(QUERIES[query], params or {})
+            rows = cursor.fetchall()
+            return rows, cursor.rowcount
+
+        return self._retrying(attempt)
+
+    def _rows(self, query: str, params: dict[str, Any] | None = None) -> list[sqlite3.Row]:
+        return self._execute(query, params)[0]
+
+    def _now(self) -> float:
+        return self.clock.now()
+
+    # -- wake-ups --------------------------------------------------------------------------------
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback(queue)`` after this instance commits a job that may be runnable.
+
+        Other processes' enqueues are not seen here (``supports_listen_notify`` is false): workers
+        poll as well.
+        """
+        with self._lock:
+            handle = self._next_callback
+            self._next_callback += 1
+            self._callbacks[handle] = callback
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._callbacks.pop(handle, None)
+
+        return unsubscribe
+
+    def _notify(self, queues: Iterable[str]) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks.values())
+        if not callbacks:
+            return
+        for queue in dict.fromkeys(queues):
+            for callback in callbacks:
+                try:
+                    callback(queue)
+                except Exception:  # a broken listener must not fail the enqueue that woke it
+                    _log.exception("wake-up callback %r failed", callback)
+
+    # -- schema ----------------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply the library migrations not yet in ``x_migrations``, each in one transaction."""
+        applied_now: list[str] = []
+        done = {record.id for record in self.migrations.applied()}
+        for migration in _MIGRATIONS:
+            if migration.id in done:
+                continue
+            if self._write(functools.partial(_apply_migration, migration=migration)):
+                applied_now.append(migration.id)
+        return applied_now
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest, connection: Any = None) -> EnqueueResult:
+        """Write one job, deduplicated per (name, idempotency key) among live states.
+
+        With ``connection`` (a ``sqlite3.Connection`` to this file or a SQLAlchemy ``Connection``
+        over one) the row is written inside that connection's transaction and is never committed
+        here: the caller's commit or rollback decides.
+        """
+        return self._enqueue([request], connection, atomic=False)[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """Write several jobs all-or-nothing, with the same per-request rules as :meth:`enqueue`."""
+        if not requests:
+            return []
+        return self._enqueue(requests, connection, atomic=True)
+
+    def _enqueue(self, requests: Sequence[EnqueueRequest], connection: Any, *, atomic: bool) -> list[EnqueueResult]:
+        jobs = [_prepare(request) for request in requests]
+        if connection is None:
+            results = self._write(lambda conn, now: _insert_jobs(conn, jobs, now))
+        else:
+            results = self._enqueue_in(self._caller_connection(connection), jobs, atomic=atomic)
+        # The caller's transaction may not be committed yet: an early wake-up costs a worker one
+        # empty claim, a missing one a whole poll interval.
+        self._notify(job.request.queue for job, result in zip(jobs, results, strict=True) if not result.deduped)
+        return results
+
+    def _enqueue_in(
+        self, conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], *, atomic: bool
+    ) -> list[EnqueueResult]:
+        """Insert on the caller's connection, inside its transaction, without committing."""
+        try:
+            if not conn.in_transaction and _opens_transactions_implicitly(conn):
+                # No transaction open yet: open it as the caller's own first INSERT would have, so
+                # the caller's commit() or rollback() decides.
+                conn.execute(_BEGIN_FOR_ISOLATION.get((conn.isolation_level or "").upper(), "BEGIN"))
+            if not atomic:
+                return _insert_jobs(conn, jobs, self._now())
+            # A savepoint makes the batch all-or-nothing without ending the caller's transaction.
+            conn.execute("SAVEPOINT x_enqueue_many")
+            try:
+                results = _insert_jobs(conn, jobs, self._now())
+            except BaseException:
+                conn.execute("ROLLBACK TO SAVEPOINT x_enqueue_many")
+                conn.execute("RELEASE SAVEPOINT x_enqueue_many")
+                raise
+            conn.execute("RELEASE SAVEPOINT x_enqueue_many")
+            return results
+        except sqlite3.OperationalError as exc:
+            # The caller's transaction is not ours to retry.
+            if not _is_busy(exc):
+                raise
+            raise DriverError(
+                f"enqueue inside the caller's transaction could not take the write lock: {exc}",
+                "open the transaction with BEGIN IMMEDIATE (isolation_level='IMMEDIATE'), so it holds "
+                "the lock before it reads, and keep it short",
+                code="X_DRIVER_BUSY",
+            ) from exc
+
+    def _caller_connection(self, connection: Any) -> sqlite3.Connection:
+        """The raw ``sqlite3.Connection`` behind the caller's connection, checked to be our file."""
+        raw: object = connection
+        if type(connection).__module__.startswith("sqlalchemy."):
+            from sqlalchemy.engine import Connection as SAConnection
+
+            if isinstance(connection, SAConnection):
+                if not connection.in_transaction():
+                    # Without a transaction at SQLAlchemy's level the caller's commit() would be a
+                    # no-op and the pool's reset would silently roll the job back.
+                    connection.begin()
+                raw = connection.connection.driver_connection
+        if not isinstance(raw, sqlite3.Connection):
+            raise DriverError(
+                f"the SQLite driver cannot enqueue through a {type(connection).__module__}."
+                f"{type(connection).__qualname__}",
+                "pass a sqlite3.Connection or a SQLAlchemy Connection open on the same database file "
+                "(for a Session, pass session.connection())",
+                code="X_DRIVER_CONNECTION",
+            )
+        row = raw.execute(QUERIES["database_file"]).fetchone()
+        file = row[0] if row is not None else ""
+        if not file or os.path.realpath(file) != self._file:
+            raise DriverError(
+                f"the connection is open on {file or 'an in-memory database'!r}, not on {self._file!r}",
+                "open the connection on the driver's file so the job commits with your transaction",
+                code="X_DRIVER_CONNECTION",
+            )
+        return raw
+
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Move up to ``request.limit`` runnable jobs to ``running``, in claim order."""
+        if request.limit <= 0 or request.queues == () or request.names == ():
+            return []
+        query = "claim" if request.queues is None else "claim_queues"
+        params: dict[str, Any] = {
+            "worker_id": request.worker_id,
+            "limit": request.limit,
+            "queues": None if request.queues is None else json.dumps(list(request.queues)),
+            "names": None if request.names is None else json.dumps(list(request.names)),
+        }
+
+        def run(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
+            params["now"] = now
+            params["visible_at"] = now + request.visibility_timeout
+            return conn.execute(QUERIES[query], params).fetchall()
+
+        rows = self._write(run)
+        # RETURNING yields rows in no promised order.
+        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        return [ClaimedJob(_job_record(row), row["claim_token"]) for row in rows]
+
+    def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
+        """Mark ``done`` with ``result`` if still running under ``claim_token``."""
+        encoded = (
+            None
+            if result is None
+            else _dumps(result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job")
+        )
+        params = {"id": job_id, "claim_token": claim_token, "result": encoded, "now": self._now()}
+        return self._execute("ack", params)[1] == 1
+
+    def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
+        """Put the attempt back (``ready``/``suspended``) or dead-letter it, if still claimed."""
+        if request.dead_letter:
+            query = "nack_dead"
+        elif not request.counts_as_attempt:
+            query = "nack_suspend"
+        else:
+            query = "nack_retry"
+        now = self._now()
+        params = {
+            "id": job_id,
+            "claim_token": claim_token,
+            "error": request.error,
+            "run_at": now + request.delay,
+            "now": now,
+        }
+        rows = self._rows(query, params)
+        if rows:
+            self._notify([rows[0]["queue"]])
+        return bool(rows)
+
+    def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
+        """Push ``visible_at`` to now + ``visibility_timeout`` if still claimed."""
+        now = self._now()
+        params = {"id": job_id, "claim_token": claim_token, "visible_at": now + visibility_timeout, "now": now}
+        return self._execute("heartbeat", params)[1] == 1
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        """Cancel a job not yet finished; a finished one is returned unchanged, an unknown id as None."""
+
+        def run(conn: sqlite3.Connection, now: float) -> sqlite3.Row | None:
+            rows = conn.execute(QUERIES["cancel"], {"id": job_id, "reason": reason, "now": now}).fetchall()
+            row: sqlite3.Row | None = rows[0] if rows else conn.execute(QUERIES["job_get"], {"id": job_id}).fetchone()
+            return row
+
+        row = self._write(run)
+        return None if row is None else _job_record(row)
+
+    def retry(self, job_id: str) -> JobRecord | None:
+        """A ``dead`` or ``cancelled`` job becomes ``ready`` now, attempt 0, same run."""
+
+        def run(conn: sqlite3.Connection, now: float) -> tuple[sqlite3.Row | None, bool]:
+            try:
+                rows = conn.execute(QUERIES["retry"], {"id": job_id, "now": now}).fetchall()
+            except sqlite3.IntegrityError:
+                # Back in a live state it would share its key with the live job that took it.
+                job = conn.execute(QUERIES["job_get"], {"id": job_id}).fetchone()
+                live = conn.execute(
+                    QUERIES["job_live_by_key"], {"name": job["name"], "idempotency_key": job["idempotency_key"]}
+                ).fetchone()
+                raise JobDuplicateError(job["name"], job["idempotency_key"], live["id"]) from None
+            if rows:
+                return rows[0], True
+            return conn.execute(QUERIES["job_get"], {"id": job_id}).fetchone(), False
+
+        row, retried = self._write(run)
+        if row is None:
+            return None
+        if retried:
+            self._notify([row["queue"]])
+        return _job_record(row)
+
+    def prune(self, older_than: float) -> int:
+        """Delete jobs finished at least ``older_than`` seconds ago, and the steps of their runs."""
+
+        def run(conn: sqlite3.Connection, now: float) -> int:
+            run_ids = [row[0] for row in conn.execute(QUERIES["prune_delete_jobs"], {"cutoff": now - older_than})]
+            if run_ids:
+                conn.execute(QUERIES["prune_delete_steps"], {"run_ids": json.dumps(run_ids)})
+            return len(run_ids)
+
+        return self._write(run)
+
+    def close(self) -> None:
+        """Close every connection this driver opened (threads reopen on their next call)."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._generation += 1
+        for conn in connections:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover - closing is best effort
+                _log.debug("closing a SQLite connection failed", exc_info=True)
+
+
+def _apply_migration(conn: sqlite3.Connection, now: float, migration: Migration) -> bool:
+    """Apply ``migration`` unless another process did since we looked; whether it was applied."""
+    if conn.execute(QUERIES["migrations_table_exists"]).fetchone() is not None and (
+        conn.execute(QUERIES["migration_is_applied"], {"id": migration.id}).fetchone() is not None
+    ):
+        return False
+    for statement in migration.statements:
+        conn.execute(statement)
+    conn.execute(QUERIES["migration_mark_applied"], {"id": migration.id, "now": now})
+    return True
+
+
+_MIGRATIONS: list[Migration] = load_migrations()
+
+
+class SqliteIntrospection:
+    """Read side of :class:`SqliteDriver`: list, get, stats."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def list(self, filter: JobFilter = _EVERY_JOB) -> builtins.list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        params = {
+            "queue": filter.queue,
+            "name": filter.name,
+            "state": filter.state,
+            "tenant_id": filter.tenant_id,
+            "limit": max(filter.limit, 0),  # SQLite reads a negative LIMIT as "no limit"
+        }
+        return [_job_record(row) for row in self._driver._rows("jobs_list", params)]
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        rows = self._driver._rows("job_get", {"id": job_id})
+        return _job_record(rows[0]) if rows else None
+
+    def stats(self) -> builtins.list[QueueStats]:
+        """Counts in every state (zeros included) per queue that holds a job, by queue name."""
+        counts: dict[str, dict[str, int]] = {}
+        for row in self._driver._rows("jobs_stats"):
+            queue = counts.setdefault(row["queue"], dict.fromkeys(JOB_STATES, 0))
+            queue[row["state"]] = row["n"]
+        return [QueueStats(queue, counts[queue]) for queue in sorted(counts)]
+
+
+class SqliteStepStore:
+    """Durable step results in ``x_job_steps``; writes fenced by the claim token."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        return {
+            row["name"]: StepRecord(row["run_id"], row["name"], _loads(row["result"]), to_datetime(row["created_at"]))
+            for row in self._driver._rows("step_load", {"run_id": run_id})
+        }
+
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` if the job is running under ``claim_token``; the first result wins."""
+        encoded = _dumps(
+            result,
+            f'result of step "{name}"',
+            "X_STEP_RESULT",
+            "return JSON values from the step (str, int, float, bool, None, lists and dicts of them)",
+        )
+
+        def run(conn: sqlite3.Connection, now: float) -> bool:
+            params = {"job_id": job_id, "claim_token": claim_token, "name": name, "result": encoded, "now": now}
+            if conn.execute(QUERIES["step_record"], params).rowcount == 1:
+                return True
+            # Nothing inserted: either the step exists (a replay, fine) or the claim is gone.
+            claimed = conn.execute(QUERIES["job_is_claimed"], {"job_id": job_id, "claim_token": claim_token})
+            return claimed.fetchone() is not None
+
+        return self._driver._write(run)
+
+
+class SqliteBackfillLedger:
+    """The ``x_backfills`` ledger: one row per pass."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
+        params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
+        return _backfill_run(self._driver._rows("backfill_start", params)[0])
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got."""
+        self._driver._execute("backfill_progress", {"run_id": run_id, "batches": batches, "rows": rows})
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the pass with ``status`` (``finished_at`` = now)."""
+        if status not in _FINISHED_BACKFILL:
+            raise ConfigError(
+                f"backfill run {run_id!r} cannot finish as {status!r}",
+                "finish a pass as 'completed', 'failed' or 'cancelled'",
+                code="X_BACKFILL_STATUS",
+            )
+        params = {"run_id": run_id, "status": status, "error": error, "now": self._driver._now()}
+        self._driver._execute("backfill_finish", params)
+
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        rows = self._driver._rows("backfill_get", {"run_id": run_id})
+        return _backfill_run(rows[0]) if rows else None
+
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        rows = self._driver._rows("backfill_last_completed", {"name": name})
+        return _backfill_run(rows[0]) if rows else None
+
+    def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
+        """Every pass (of ``name``), newest first."""
+        return [_backfill_run(row) for row in self._driver._rows("backfill_list", {"name": name})]
+
+
+class SqliteLeaseStore:
+    """Fleet slots in ``x_leases``: the lowest free or expired slot is taken under the write lock."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take a free (or expired) slot in ``0..limit-1``; ``None`` when all are held."""
+        if limit < 1:
+            raise XError(
+                f"lease {key!r} asked for a limit of {limit}",
+                "a lease limit is a whole number of slots, at least 1",
+                code="X_LEASE_LIMIT",
+            )
+
+        def run(conn: sqlite3.Connection, now: float) -> Lease | None:
+            held = {
+                row["slot"]
+                for row in conn.execute(QUERIES["lease_slots"], {"key": key, "limit": limit})
+                if row["expires_at"] > now
+            }
+            slot = next((slot for slot in range(limit) if slot not in held), None)
+            if slot is None:
+                return None
+            lease = Lease(key, slot, holder, uuid.uuid4().hex, to_datetime(now + ttl))
+            params = {"key": key, "slot": slot, "holder": holder, "token": lease.token, "expires_at": now + ttl}
+            conn.execute(QUERIES["lease_take"], params)
+            return lease
+
+        return self._driver._write(run)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend ``lease`` if its slot is still held under its token; ``None`` when lost."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token, "expires_at": self._driver._now() + ttl}
+        rows = self._driver._rows("lease_renew", params)
+        return _lease(rows[0]) if rows else None
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
+        return self._driver._execute("lease_release", params)[1] == 1
+
+    def holders(self, key: str) -> builtins.list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        return [_lease(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
+
+
+class SqliteMigrationLedger:
+    """The ``x_migrations`` table (library ids ``x:...`` and the app's own)."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first (none before the first migrate)."""
+        if not self._driver._rows("migrations_table_exists"):
+            return []
+        return [
+            MigrationRecord(row["id"], to_datetime(row["applied_at"]))
+            for row in self._driver._rows("migrations_applied")
+        ]
+
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        if not self._driver._rows("migrations_table_exists"):
+            return False
+        return bool(self._driver._rows("migration_is_applied", {"id": migration_id}))
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied (idempotent)."""
+        try:
+            self._driver._execute("migration_mark_applied", {"id": migration_id, "now": self._driver._now()})
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            raise DriverError(
+                f"cannot record migration {migration_id!r}: the x_migrations table does not exist",
+                "run `x db migrate` (or driver.migrate()) first",
+                code="X_DRIVER_MIGRATE",
+            ) from exc

@@ -1,0 +1,238 @@
+-- Every statement the SQLite driver runs, by name. `_sql.load_queries` splits this file on the
+-- `-- name: <query>` headers once at import; the driver looks statements up by name. Values are
+-- always named parameters; nothing here is assembled by string formatting.
+--
+-- Times are epoch seconds from the driver's clock (:now), never SQLite's own time functions.
+
+-- name: migrations_table_exists
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'x_migrations';
+
+-- name: migrations_applied
+-- Application order, even when the clock did not move between two.
+SELECT id, applied_at FROM x_migrations ORDER BY seq;
+
+-- name: migration_is_applied
+SELECT 1 FROM x_migrations WHERE id = :id;
+
+-- name: migration_mark_applied
+-- seq is max + 1: every writer holds SQLite's one write lock, so no two read the same max.
+INSERT INTO x_migrations (id, applied_at, seq)
+SELECT :id, :now, coalesce(max(seq), 0) + 1 FROM x_migrations WHERE true
+ON CONFLICT (id) DO NOTHING;
+
+-- name: database_file
+-- The file behind a connection's main schema, to check a caller's connection is ours.
+SELECT file FROM pragma_database_list WHERE name = 'main';
+
+-- name: job_insert
+-- The partial unique index on (name, idempotency_key) over live states decides dedupe: a live
+-- duplicate makes this insert nothing (rowcount 0) and the caller looks the live row up.
+INSERT INTO x_jobs (
+    id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
+    idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at
+) VALUES (
+    :id, :run_id, :name, :queue, :payload, :state, :priority, 0, :max_attempts, :run_at,
+    :idempotency_key, :tenant_id, :traceparent, :enqueued_by, :now, :now
+)
+ON CONFLICT DO NOTHING;
+
+-- name: job_live_by_key
+SELECT id, run_id FROM x_jobs
+WHERE name = :name AND idempotency_key = :idempotency_key
+  AND state IN ('ready', 'delayed', 'running', 'suspended');
+
+-- name: job_get
+SELECT * FROM x_jobs WHERE id = :id;
+
+-- name: claim
+-- Two arms, each read in claim order from its own index and merged, so a claim touches about
+-- :limit index entries however many jobs wait: waiting rows that are due, and running rows whose
+-- worker let the visibility lapse. The claim token is minted per row: worker, attempt, random.
+UPDATE x_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    claimed_by = :worker_id,
+    visible_at = :visible_at,
+    claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id, priority, run_at FROM x_jobs
+        WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
+          AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+        UNION ALL
+        SELECT id, priority, run_at FROM x_jobs
+        WHERE state = 'running' AND visible_at <= :now
+          AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+        ORDER BY priority DESC, run_at, id
+        LIMIT :limit
+    )
+)
+RETURNING *;
+
+-- name: claim_queues
+-- As `claim`, restricted to the queues in the JSON array :queues. SQLite reads each queue's
+-- slice of x_jobs_claim_idx in order and stops at :limit, so this stays cheap per queue.
+UPDATE x_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    claimed_by = :worker_id,
+    visible_at = :visible_at,
+    claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id, priority, run_at FROM x_jobs
+        WHERE state IN ('ready', 'delayed', 'suspended')
+          AND queue IN (SELECT value FROM json_each(:queues))
+          AND run_at <= :now
+          AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+        UNION ALL
+        SELECT id, priority, run_at FROM x_jobs
+        WHERE state = 'running' AND visible_at <= :now
+          AND queue IN (SELECT value FROM json_each(:queues))
+          AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+        ORDER BY priority DESC, run_at, id
+        LIMIT :limit
+    )
+)
+RETURNING *;
+
+-- name: ack
+UPDATE x_jobs
+SET state = 'done', result = :result, finished_at = :now, updated_at = :now,
+    claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token;
+
+-- name: nack_dead
+UPDATE x_jobs
+SET state = 'dead', last_error = coalesce(:error, last_error), finished_at = :now, updated_at = :now,
+    claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token
+RETURNING queue;
+
+-- name: nack_suspend
+-- A suspension gives back the attempt its claim took, never going below zero.
+UPDATE x_jobs
+SET state = 'suspended', run_at = :run_at, attempt = max(attempt - 1, 0),
+    last_error = coalesce(:error, last_error), updated_at = :now, claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token
+RETURNING queue;
+
+-- name: nack_retry
+UPDATE x_jobs
+SET state = 'ready', run_at = :run_at, last_error = coalesce(:error, last_error), updated_at = :now,
+    claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token
+RETURNING queue;
+
+-- name: heartbeat
+UPDATE x_jobs
+SET visible_at = :visible_at, updated_at = :now
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token;
+
+-- name: cancel
+-- Dropping the claim token is what makes the running attempt's next heartbeat fail.
+UPDATE x_jobs
+SET state = 'cancelled', last_error = coalesce(:reason, last_error), finished_at = :now, updated_at = :now,
+    claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state IN ('ready', 'delayed', 'running', 'suspended')
+RETURNING *;
+
+-- name: retry
+-- Same run_id: the retried run replays its recorded steps; last_error is kept for the operator. May violate the live-key index when
+-- a new job took the key meanwhile; the driver turns that into JobDuplicateError.
+UPDATE x_jobs
+SET state = 'ready', attempt = 0, run_at = :now, finished_at = NULL, claim_token = NULL, visible_at = NULL,
+    updated_at = :now
+WHERE id = :id AND state IN ('dead', 'cancelled')
+RETURNING *;
+
+-- name: prune_delete_jobs
+DELETE FROM x_jobs
+WHERE state IN ('done', 'dead', 'cancelled') AND finished_at <= :cutoff
+RETURNING run_id;
+
+-- name: prune_delete_steps
+-- Steps of the pruned runs that no remaining job still uses (:run_ids is a JSON array).
+DELETE FROM x_job_steps
+WHERE run_id IN (
+    SELECT value FROM json_each(:run_ids) AS pruned
+    WHERE NOT EXISTS (SELECT 1 FROM x_jobs WHERE x_jobs.run_id = pruned.value)
+);
+
+-- name: jobs_list
+-- Newest first. Filters are optional (NULL = any); the scan follows x_jobs_created_idx.
+SELECT * FROM x_jobs
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:state IS NULL OR state = :state)
+  AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: jobs_stats
+SELECT queue, state, count(*) AS n FROM x_jobs GROUP BY queue, state ORDER BY queue;
+
+-- name: step_load
+SELECT run_id, name, result, created_at FROM x_job_steps WHERE run_id = :run_id;
+
+-- name: step_record
+-- Fenced: the row comes from the job only while it is running under the token. First write wins.
+-- (The WHERE clause also keeps SQLite from reading ON CONFLICT as a join constraint.)
+INSERT INTO x_job_steps (run_id, name, result, created_at)
+SELECT run_id, :name, :result, :now FROM x_jobs
+WHERE id = :job_id AND state = 'running' AND claim_token = :claim_token
+ON CONFLICT (run_id, name) DO NOTHING;
+
+-- name: job_is_claimed
+SELECT 1 FROM x_jobs WHERE id = :job_id AND state = 'running' AND claim_token = :claim_token;
+
+-- name: backfill_start
+-- A retried attempt of the same pass reopens its row: running again, error cleared; progress,
+-- start time and the first job id stay.
+INSERT INTO x_backfills (run_id, name, checksum, status, batches, "rows", started_at, job_id)
+VALUES (:run_id, :name, :checksum, 'running', 0, 0, :now, :job_id)
+ON CONFLICT (run_id) DO UPDATE
+SET status = 'running', error = NULL, finished_at = NULL, job_id = coalesce(x_backfills.job_id, excluded.job_id)
+RETURNING *;
+
+-- name: backfill_progress
+UPDATE x_backfills SET batches = :batches, "rows" = :rows WHERE run_id = :run_id;
+
+-- name: backfill_finish
+UPDATE x_backfills SET status = :status, error = :error, finished_at = :now WHERE run_id = :run_id;
+
+-- name: backfill_get
+SELECT * FROM x_backfills WHERE run_id = :run_id;
+
+-- name: backfill_last_completed
+SELECT * FROM x_backfills
+WHERE name = :name AND status = 'completed' AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, run_id DESC
+LIMIT 1;
+
+-- name: backfill_list
+SELECT * FROM x_backfills
+WHERE (:name IS NULL OR name = :name)
+ORDER BY started_at DESC, run_id DESC;
+
+-- name: lease_slots
+SELECT slot, expires_at FROM x_leases WHERE key = :key AND slot < :limit ORDER BY slot;
+
+-- name: lease_take
+INSERT INTO x_leases (key, slot, holder, token, expires_at)
+VALUES (:key, :slot, :holder, :token, :expires_at)
+ON CONFLICT (key, slot) DO UPDATE
+SET holder = excluded.holder, token = excluded.token, expires_at = excluded.expires_at;
+
+-- name: lease_renew
+UPDATE x_leases SET expires_at = :expires_at
+WHERE key = :key AND slot = :slot AND token = :token
+RETURNING *;
+
+-- name: lease_release
+DELETE FROM x_leases WHERE key = :key AND slot = :slot AND token = :token;
+
+-- name: lease_holders
+SELECT * FROM x_leases WHERE key = :key AND expires_at > :now ORDER BY slot;
