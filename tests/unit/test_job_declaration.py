@@ -194,3 +194,15 @@ def test_job_without_input_takes_nothing(memory: MemoryDriver) -> None:
         handle.enqueue({"unexpected": 1}, driver=memory)
     assert caught.value.code == "X_JOB_INPUT"
     assert "unexpected" in caught.value.message
+
+
+def test_non_finite_numbers_are_refused_before_writing(memory: MemoryDriver) -> None:
+    class Reading(BaseModel):
+        value: float
+
+    handle = job(name="sensor.reading", tenant="none", input=Reading)(noop)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(XError) as caught:
+            handle.enqueue({"value": bad}, driver=memory)
+        assert caught.value.code == "X_JOB_INPUT"
+    assert memory.introspect.list() == []

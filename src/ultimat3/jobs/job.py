@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -235,9 +236,19 @@ class JobHandle(Generic[InT]):
             "pass on_conflict='return' (get the live run back) or 'error' (raise JobDuplicateError)",
             code="X_JOB_ON_CONFLICT",
         )
+        payload = model.model_dump(mode="json")
+        try:
+            # jsonb (and strict JSON) has no NaN or Infinity: refuse here, coded, before any write.
+            json.dumps(payload, allow_nan=False)
+        except ValueError:
+            fail(
+                f'job "{self.name}" input holds NaN or Infinity, which JSON cannot store',
+                "pass finite numbers (or None) in the input",
+                code="X_JOB_INPUT",
+            )
         return EnqueueRequest(
             name=self.name,
-            payload=model.model_dump(mode="json"),
+            payload=payload,
             queue=self.queue,
             idempotency_key=key,
             run_at=run_at,
