@@ -1,4 +1,4 @@
-"""Durations as users write them: seconds, a ``timedelta``, or a string like ``"250ms"``, ``"5s"``, ``"2m"``, ``"3d"``."""
+"""Durations as users write them: seconds, a ``timedelta``, or a string like ``"250ms"``, ``"5s"`` or ``"3d"``."""
 
 from __future__ import annotations
 

@@ -87,6 +87,9 @@ _LISTEN_READY_TIMEOUT: Final = 5.0
 _Q: Final = QUERIES
 
 
+#: Seconds the first connection may take before the driver reports the server unreachable.
+CONNECT_TIMEOUT = 5
+
 def conninfo_from_url(url: str) -> str:
     """The libpq URL for a ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://`` URL."""
     scheme, sep, rest = url.partition("://")
@@ -214,7 +217,7 @@ class _Database:
                 raise DriverError(
                     f"no PostgreSQL connection within {self.pool.timeout:g}s: {exc}",
                     "check that the server at X_DATABASE_URL is up and accepts connections",
-                    code="X_DRIVER_UNAVAILABLE",
+                    code="X_DATABASE_UNREACHABLE",
                 ) from exc
             except psycopg.OperationalError as exc:
                 # Only a dead connection is retried: a query error on a live one is the caller's.
@@ -224,7 +227,7 @@ class _Database:
                     raise DriverError(
                         f"lost the PostgreSQL connection twice in a row: {exc}",
                         "check that the server at X_DATABASE_URL is up; the operation may be retried",
-                        code="X_DRIVER_UNAVAILABLE",
+                        code="X_DATABASE_UNREACHABLE",
                     ) from exc
                 _log.warning("PostgreSQL connection lost (%s); retrying once on a fresh one", exc)
                 # A restart kills every idle connection at once: drop them all, not one per call.
@@ -557,6 +560,17 @@ class PostgresDriver:
         self._conninfo = conninfo_from_url(url)
         #: Every timestamp this driver writes comes from here (never the server's ``now()``).
         self.clock: Clock = clock if clock is not None else system_clock
+        # One direct connection first: a wrong host or a stopped server fails here at once, with
+        # the server's own words, instead of after the pool's retries time out.
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=CONNECT_TIMEOUT).close()
+        except psycopg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DriverError(
+                f"PostgreSQL is unreachable: {first}",
+                "check X_DATABASE_URL (host, port, database, user) and that the server is running",
+                code="X_DATABASE_UNREACHABLE",
+            ) from exc
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             self._conninfo,
             min_size=min_size,
