@@ -1,5 +1,24 @@
 """Durable background jobs: declarations, steps, drivers, the worker and backfills."""
 
+from ultimat3.jobs.backfill import DEFAULT_BACKFILL_BATCH, BackfillDefinition, BackfillInput, backfill
+from ultimat3.jobs.backfill_pass import (
+    BackfillError,
+    BackfillProgress,
+    BackfillReport,
+    Batch,
+    DryRun,
+    add_progress_listener,
+    dry_run,
+    run_backfill,
+)
+from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer
+from ultimat3.jobs.backfill_registry import (
+    backfill_origin,
+    declaration_of,
+    get_backfill,
+    is_backfill,
+    registered_backfills,
+)
 from ultimat3.jobs.driver import (
     DEFAULT_QUEUE,
     FINAL_STATES,
@@ -26,6 +45,14 @@ from ultimat3.jobs.errors import (
     UnknownJobError,
 )
 from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
+from ultimat3.jobs.migrations import (
+    AlembicRevision,
+    MigrationRequirement,
+    RequirementNotApplied,
+    XMigration,
+    alembic_revision,
+    x_migration,
+)
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
 from ultimat3.jobs.runtime import get_driver, set_driver
 from ultimat3.jobs.signal import AbortSignal
@@ -33,6 +60,8 @@ from ultimat3.jobs.steps import AsyncStep, SyncStep
 from ultimat3.jobs.worker import Worker, WorkerEvent
 
 __all__ = [
+    "DEFAULT_BACKFILL_BATCH",
+    "DEFAULT_BACKFILL_RATE",
     "DEFAULT_QUEUE",
     "DEFAULT_RETRY",
     "FINAL_STATES",
@@ -40,10 +69,18 @@ __all__ = [
     "LIVE_STATES",
     "NO_TENANT",
     "AbortSignal",
+    "AlembicRevision",
     "AsyncStep",
+    "BackfillDefinition",
+    "BackfillError",
+    "BackfillInput",
+    "BackfillProgress",
+    "BackfillReport",
+    "Batch",
     "ClaimRequest",
     "ClaimedJob",
     "DriverError",
+    "DryRun",
     "EnqueueRequest",
     "EnqueueResult",
     "JobAbortedError",
@@ -54,21 +91,36 @@ __all__ = [
     "JobInputError",
     "JobRecord",
     "JobState",
+    "MigrationRequirement",
     "NackRequest",
     "NoInput",
+    "Pacer",
     "QueueStats",
+    "RequirementNotApplied",
     "RetryPolicy",
     "StepDuplicateError",
     "SyncStep",
     "UnknownJobError",
     "Worker",
     "WorkerEvent",
+    "XMigration",
+    "add_progress_listener",
+    "alembic_revision",
+    "backfill",
+    "backfill_origin",
     "create_driver",
     "database_url",
+    "declaration_of",
+    "dry_run",
+    "get_backfill",
     "get_driver",
     "get_job",
+    "is_backfill",
     "isolated_registry",
     "job",
+    "registered_backfills",
     "registered_jobs",
+    "run_backfill",
     "set_driver",
+    "x_migration",
 ]

@@ -1,0 +1,278 @@
+"""``backfill()``: a declared, paced, resumable pass over every row a select matches.
+
+A FACTORY over :func:`~ultimat3.jobs.job.job`, not a second primitive: a backfill is durable
+background work with an input, a retry policy, an idempotency key and a queue, which is what a
+job is. So enqueue, cancel, retry, dead-letter and ``x jobs show`` work on it unchanged. This
+module declares; ``backfill_pass`` runs; ``backfill_rate`` paces; ``backfill_registry``
+enumerates; ``backfill_scope`` grants the cross-tenant capability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.engine import Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from ultimat3.core.clock import Clock
+from ultimat3.core.context import ENVIRONMENTS, Ctx, Environment
+from ultimat3.core.errors import check
+from ultimat3.jobs.backfill_checksum import backfill_checksum
+from ultimat3.jobs.backfill_pass import Batch, run_pass
+from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
+from ultimat3.jobs.backfill_registry import _stamp
+from ultimat3.jobs.driver import DEFAULT_QUEUE
+from ultimat3.jobs.duration import DurationInput
+from ultimat3.jobs.job import NO_TENANT, JobHandle, Tenant, job
+from ultimat3.jobs.migrations import MigrationRequirement, as_requirement
+from ultimat3.jobs.retry import RetryPolicy
+from ultimat3.jobs.steps import SyncStep
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.selectable import Select
+
+__all__ = [
+    "DEFAULT_BACKFILL_BATCH",
+    "DEFAULT_BACKFILL_RATE",
+    "BackfillDefinition",
+    "BackfillInput",
+    "backfill",
+]
+
+#: Rows per page and per durable step: one statement's worth of work that an attempt can still
+#: finish well inside its claim. Smaller batches mean many more step rows for the same sweep.
+DEFAULT_BACKFILL_BATCH = 1000
+
+#: ``source(ctx)``: the rows to visit, as a select built afresh for every page.
+Source = Callable[[Ctx], "Select[*tuple[Any, ...]]"]
+#: ``handle(batch)``: sync, or async (awaited on the pass's own loop).
+Handle = Callable[[Batch], object]
+#: ``count(ctx)``: rows still matching — an int (possibly awaited) or a select that is counted.
+Count = Callable[[Ctx], object]
+EngineSource = Engine | Callable[[], Engine]
+
+_MISSING: Any = object()
+
+
+class BackfillInput(BaseModel):
+    """A backfill's whole payload. What to visit is declared, never enqueued, so a queued row
+    cannot drift from the code; ``force`` only decides whether a name the ledger already records
+    as completed runs a SECOND pass (written as a new ledger row — history is kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class BackfillDefinition:
+    """Everything :func:`backfill` knows that a :class:`JobHandle` has no field for."""
+
+    name: str
+    tenant: Tenant
+    source: Source
+    handle: Handle
+    batch: int
+    rate: float
+    checksum: str
+    pacer: Pacer
+    requires: MigrationRequirement | None = None
+    environments: tuple[Environment, ...] | None = None
+    count: Count | None = None
+    engine: EngineSource | None = None
+    key: ColumnElement[Any] | str | None = None
+
+
+def _validate_environments(name: str, environments: Iterable[str] | None) -> tuple[Environment, ...] | None:
+    if environments is None:
+        return None
+    hint = (
+        f'write environments=["staging", "production"] on backfill(name="{name}") using '
+        f"{', '.join(ENVIRONMENTS)} — or leave it out to allow every environment"
+    )
+    check(
+        not isinstance(environments, str | bytes) and isinstance(environments, Iterable),
+        f'backfill "{name}" declares environments={environments!r}, which is not a list of environments',
+        hint,
+        code="X_BACKFILL_ENVIRONMENTS",
+    )
+    values = list(environments)
+    bad = [value for value in values if value not in ENVIRONMENTS]
+    check(
+        not bad,
+        f'backfill "{name}" declares environments={values!r}; {bad!r} is not an environment',
+        hint,
+        code="X_BACKFILL_ENVIRONMENTS",
+    )
+    check(
+        bool(values),
+        f'backfill "{name}" declares environments=[] — it could never run anywhere',
+        hint,
+        code="X_BACKFILL_ENVIRONMENTS",
+    )
+    return tuple(dict.fromkeys(values))  # type: ignore[arg-type]
+
+
+def backfill(
+    *,
+    name: str = _MISSING,
+    tenant: Tenant = _MISSING,
+    source: Source = _MISSING,
+    handle: Handle = _MISSING,
+    batch: int = DEFAULT_BACKFILL_BATCH,
+    rate: float = DEFAULT_BACKFILL_RATE,
+    queue: str = DEFAULT_QUEUE,
+    retry: RetryPolicy | None = None,
+    timeout: DurationInput | None = None,
+    requires: str | MigrationRequirement | None = None,
+    environments: Iterable[Environment] | None = None,
+    count: Count | None = None,
+    engine: EngineSource | None = None,
+    key: ColumnElement[Any] | str | None = None,
+    clock: Clock | None = None,
+    sleep: Sleep | None = None,
+) -> JobHandle[BackfillInput]:
+    """Declare a backfill: a job whose run is one paced keyset pass over ``source(ctx)``.
+
+    - ``name`` (durable: queue row, steps and ledger carry it) and ``tenant`` (a callable
+      ``input -> org id`` or ``'none'``, which grants the pass — and only it — cross-tenant reads)
+      are required.
+    - ``source(ctx) -> Select``: called inside the pass for every page; it must select the key.
+      ``handle(batch)``: sync or async, idempotent (one batch may be handled twice).
+    - ``batch``: rows per page/step, a whole number >= 1. ``rate``: batches per second, finite
+      and > 0 (fractions allowed); there is no unthrottled mode.
+    - ``requires``: an ``x_migrations`` id, or :func:`~ultimat3.jobs.migrations.alembic_revision`.
+      ``environments``: where it may run (omitted: everywhere). ``count(ctx)``: rows still
+      matching, checked when the source is exhausted (``X_BACKFILL_STALLED``) and used by dry
+      runs. Return a select and it is scoped to the pass's tenant and counted for you; return an
+      int and the count is yours — build it with ``scoped(stmt, ctx)`` so it sees the same rows.
+    - ``engine``: the app database (an Engine or a function returning one); default: the
+      driver's own database. ``key``: the primary-key column (inferred from a single-table
+      source).
+    - ``clock``/``sleep``: the pacer's, injectable for tests.
+
+    Bad values are refused here, with the backfill's name in the message; nothing is registered.
+    """
+    check(
+        name is not _MISSING and isinstance(name, str) and name.strip() != "",
+        f"backfill(name={'<missing>' if name is _MISSING else repr(name)}) — a backfill needs a name",
+        'write backfill(name="posts.fill_slug", ...); the name is the durable key its ledger rows carry',
+        code="X_BACKFILL_NAME",
+    )
+    check(
+        tenant is not _MISSING,
+        f'backfill "{name}" declares no tenant',
+        "write tenant=lambda input: \"<org id>\" for a sweep of one org, or tenant='none' to sweep every org",
+        code="X_BACKFILL_TENANT",
+    )
+    check(
+        tenant == NO_TENANT or callable(tenant),
+        f'backfill "{name}" declares tenant={tenant!r}',
+        "write tenant=lambda input: \"<org id>\", or tenant='none'",
+        code="X_BACKFILL_TENANT",
+    )
+    check(
+        source is not _MISSING and callable(source),
+        f'backfill "{name}" declares source={"<missing>" if source is _MISSING else repr(source)}, not a function',
+        "write source=lambda ctx: select(posts).where(posts.c.slug.is_(None))",
+        code="X_BACKFILL_SOURCE",
+    )
+    check(
+        handle is not _MISSING and callable(handle),
+        f'backfill "{name}" declares handle={"<missing>" if handle is _MISSING else repr(handle)}, not a function',
+        "write handle=fill_slugs, a function taking a Batch (batch.rows, batch.ctx, batch.signal, batch.index)",
+        code="X_BACKFILL_HANDLE",
+    )
+    # Refused where it was written: a bad batch found inside the pass is a dead-lettered job.
+    check(
+        isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1,
+        f'backfill "{name}" declares batch={batch!r} — a batch is a whole number of rows, at least 1',
+        f'write batch={DEFAULT_BACKFILL_BATCH} on backfill(name="{name}") — the rows one statement reads '
+        "and one durable step records",
+        code="X_BACKFILL_BATCH",
+    )
+    # Same voice and reason as batch — except an unpaced sweep is not a dead job but a saturated
+    # pool, which the app's users find out about first.
+    check(
+        is_valid_rate(rate),
+        f'backfill "{name}" declares rate={rate!r} — a rate is batches per second, a finite number '
+        "greater than zero",
+        f'write rate={DEFAULT_BACKFILL_RATE} on backfill(name="{name}") or leave it out (0.5 means one batch '
+        "every two seconds); to sweep faster raise it — there is no unthrottled mode",
+        code="X_BACKFILL_RATE",
+    )
+    allowed = _validate_environments(name, environments)
+    check(
+        requires is None
+        or (isinstance(requires, str) and requires.strip() != "")
+        or isinstance(requires, MigrationRequirement),
+        f'backfill "{name}" declares requires={requires!r}',
+        'write requires="<x_migrations id>" or requires=alembic_revision("<rev>", config="alembic.ini")',
+        code="X_BACKFILL_REQUIRES",
+    )
+    check(
+        count is None or callable(count),
+        f'backfill "{name}" declares count={count!r}, not a function',
+        "write count=lambda ctx: select(posts).where(posts.c.slug.is_(None)) — the rows source still matches",
+        code="X_BACKFILL_COUNT",
+    )
+    check(
+        engine is None or isinstance(engine, Engine) or callable(engine),
+        f'backfill "{name}" declares engine={engine!r}',
+        "pass a sqlalchemy Engine, or a function returning one; leave it out to use the driver's database",
+        code="X_BACKFILL_ENGINE",
+    )
+    check(
+        key is None or (isinstance(key, str) and key != "") or isinstance(key, ColumnElement),
+        f'backfill "{name}" declares key={key!r}',
+        'pass the primary-key column (key=posts.c.id) or its name (key="id")',
+        code="X_BACKFILL_KEY",
+    )
+    # Hashed once here: the code cannot change while the process runs. Not rate or batch — a
+    # tuning knob does not make a completed sweep a different sweep.
+    checksum = backfill_checksum(source, handle)
+    # Built once per declaration: the pace belongs to the table and pool, so every attempt of
+    # this backfill in the process shares it.
+    pacer = Pacer(rate, name, clock=clock, sleep=sleep)
+    definition = BackfillDefinition(
+        name=name,
+        tenant=tenant,
+        source=source,
+        handle=handle,
+        batch=batch,
+        rate=float(rate),
+        checksum=checksum,
+        pacer=pacer,
+        requires=None if requires is None else as_requirement(requires),
+        environments=allowed,
+        count=count,
+        engine=engine,
+        key=key,
+    )
+
+    # A plain def: the pass uses SQLAlchemy synchronously, so it must run in the worker's thread
+    # pool rather than on its event loop.
+    def run(input: BackfillInput, ctx: Ctx, step: SyncStep) -> dict[str, Any]:
+        return run_pass(definition, input, ctx, step).to_dict()
+
+    run.__qualname__ = f"backfill[{name}]"
+    run.__module__ = getattr(source, "__module__", None) or __name__
+
+    declared: JobHandle[BackfillInput] = job(
+        name=name,
+        tenant=tenant,
+        input=BackfillInput,
+        retry=retry,
+        queue=queue,
+        timeout=timeout,
+        # One live pass per name, forced or not: a second enqueue while it runs IS that pass,
+        # never a second writer sweeping the same table.
+        idempotency_key=lambda _input: name,
+    )(run)
+    # job() already refused a duplicate name, so the stamp never overwrites another backfill.
+    _stamp(declared, definition)
+    return declared
+
