@@ -1,0 +1,114 @@
+"""What every command needs: the app's modules imported, the driver, the environment."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+
+from ultimat3.core.context import Environment, parse_environment
+from ultimat3.core.errors import XError
+from ultimat3.jobs.driver import JobDriver
+from ultimat3.jobs.drivers import create_driver, database_url
+
+T = TypeVar("T")
+
+
+def import_apps(modules: tuple[str, ...]) -> None:
+    """Import each ``--app`` module so its ``@job``/``backfill()`` declarations register."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app myapp.jobs` from the project root, as with `python -m`
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            raise XError(
+                f"--app {module!r} could not be imported: {error}",
+                "pass the dotted module path that declares your jobs (e.g. --app myapp.jobs), "
+                "run from the directory that contains it, or set X_APP",
+                code="X_APP_IMPORT",
+            ) from error
+        except XError:
+            raise
+        except Exception as error:
+            raise XError(
+                f"--app {module!r} raised {type(error).__name__} while importing: {error}",
+                "fix the error in that module; `python -c 'import MODULE'` reproduces it",
+                code="X_APP_IMPORT",
+            ) from error
+
+
+@contextmanager
+def database_errors(url: str) -> Iterator[None]:
+    """Turn driver connection failures into one coded line instead of a traceback."""
+    try:
+        yield
+    except (psycopg.OperationalError, sqlite3.OperationalError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise XError(
+            f"the database at {redact(url)} is unreachable: {first}",
+            "check X_DATABASE_URL (or --database-url) and that the server is running",
+            code="X_DATABASE_UNREACHABLE",
+        ) from error
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***``."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    if ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    return f"{scheme}://{creds}@{host}"
+
+
+@dataclass
+class Config:
+    """Resolved options shared by every command, with the driver opened lazily."""
+
+    apps: tuple[str, ...]
+    url: str
+    environment: Environment
+    _driver: JobDriver | None = field(default=None, repr=False)
+    _imported: bool = False
+
+    @classmethod
+    def resolve(cls, apps: tuple[str, ...], url: str | None, env: str | None) -> Config:
+        """From flags, then ``X_APP`` / ``X_DATABASE_URL`` / ``X_ENV``, then defaults."""
+        if not apps and os.environ.get("X_APP"):
+            apps = tuple(part for part in os.environ["X_APP"].split(",") if part)
+        environment = parse_environment(env or os.environ.get("X_ENV") or "development",
+                                        source="--env" if env else "X_ENV")
+        return cls(apps=apps, url=url or database_url(), environment=environment)
+
+    def load_apps(self) -> None:
+        """Import the app modules once."""
+        if not self._imported:
+            import_apps(self.apps)
+            self._imported = True
+
+    def driver(self, *, migrate: bool = True) -> JobDriver:
+        """The driver for ``url`` (migrated unless told otherwise)."""
+        if self._driver is None:
+            with database_errors(self.url):
+                self._driver = create_driver(self.url, migrate=migrate)
+        return self._driver
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a driver call with connection failures reported as ``X_DATABASE_UNREACHABLE``."""
+        with database_errors(self.url):
+            return fn(*args, **kwargs)
+
+    def close(self) -> None:
+        """Close the driver if one was opened."""
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None

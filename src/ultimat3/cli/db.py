@@ -1,0 +1,273 @@
+"""``x db migrate|prune|backfill``: the library's schema, retention, and the backfill deploy gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from ultimat3.cli.config import Config
+from ultimat3.cli.main import cli
+from ultimat3.cli.render import console, emit_json, run_json, short_time
+from ultimat3.core.errors import XError
+from ultimat3.jobs.duration import parse_duration
+
+
+@cli.group("db")
+def db_group() -> None:
+    """The library's tables and the backfills that run over yours."""
+
+
+@db_group.command("migrate")
+@click.option("--json", "as_json", is_flag=True, help='Print {"applied": [...], "all": [...]}.')
+@click.pass_obj
+def migrate(config: Config, as_json: bool) -> None:
+    """Create or upgrade the library's tables (idempotent)."""
+    driver = config.driver(migrate=False)
+    applied = config.call(driver.migrate)
+    every = [m.id for m in config.call(driver.migrations.applied)]
+    if as_json:
+        emit_json({"applied": applied, "all": every})
+        return
+    if applied:
+        for migration_id in applied:
+            console.print(f"applied {migration_id}")
+    else:
+        console.print(f"up to date ({len(every)} migrations applied)")
+
+
+@db_group.command("prune")
+@click.option("--older-than", default="7d", show_default=True, help='Finished jobs older than this ("7d", "12h").')
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def prune(config: Config, older_than: str, as_json: bool) -> None:
+    """Delete finished jobs (done, dead, cancelled) and their steps after a retention period."""
+    seconds = parse_duration(older_than, what="--older-than")
+    deleted = config.call(config.driver().prune, seconds)
+    if as_json:
+        emit_json({"deleted": deleted})
+        return
+    console.print(f"deleted {deleted} finished job(s) older than {older_than}")
+
+
+# -- backfills ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingBackfill:
+    """A declared backfill with no completed pass under its current checksum."""
+
+    declaration: dict[str, Any]
+    reason: str  # "never-run" | "checksum-changed"
+    last: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--pending --json`` shape of one entry."""
+        return {**self.declaration, "reason": self.reason, "last_completed": run_json(self.last)}
+
+
+def pending_backfills(config: Config) -> list[PendingBackfill]:
+    """Declared and not completed, or completed under another checksum."""
+    from ultimat3.jobs.backfill_registry import registered_backfills
+
+    driver = config.driver()
+    pending = []
+    for declaration in registered_backfills():
+        last = config.call(driver.backfills.last_completed, declaration["name"])
+        if last is None:
+            pending.append(PendingBackfill(declaration, "never-run", None))
+        elif last.checksum != declaration["checksum"]:
+            pending.append(PendingBackfill(declaration, "checksum-changed", last))
+    return pending
+
+
+def hold_reason(config: Config, declaration: dict[str, Any]) -> XError | None:
+    """Why a backfill may not be enqueued here and now (environment, requires), or ``None``."""
+    from ultimat3.jobs.migrations import requirement_error
+
+    environments = declaration["environments"]
+    if environments is not None and config.environment not in environments:
+        return XError(
+            f'backfill "{declaration["name"]}" runs in {", ".join(environments)}, not in {config.environment}',
+            "set X_ENV to one of those, or add this environment to its environments=",
+            code="X_BACKFILL_ENVIRONMENT",
+        )
+    if declaration["requires"] is not None:
+        return requirement_error(config.driver(), declaration["name"], declaration["requires"])
+    return None
+
+
+def _pending_table(pending: list[PendingBackfill]) -> None:
+    from rich.table import Table
+
+    table = Table(header_style="bold", title="pending backfills")
+    for column in ("name", "reason", "checksum", "last completed", "requires", "environments"):
+        table.add_column(column)
+    for item in pending:
+        d = item.declaration
+        last = "" if item.last is None else f"{short_time(item.last.finished_at)} ({item.last.checksum})"
+        table.add_row(d["name"], item.reason, d["checksum"], last, d["requires"] or "",
+                      ", ".join(d["environments"] or []) or "every")
+    console.print(table)
+
+
+@db_group.command("backfill")
+@click.argument("name", required=False)
+@click.option("--pending", "show_pending", is_flag=True,
+              help="List declared backfills not completed under their current checksum.")
+@click.option("--check", is_flag=True, help="Exit 1 when any backfill is pending (a deploy gate).")
+@click.option("--enqueue-pending", is_flag=True,
+              help="Enqueue every pending backfill whose requires is applied and whose environments include X_ENV.")
+@click.option("--dry-run", is_flag=True, help="With NAME: say how many rows, batches and seconds; write nothing.")
+@click.option("--force", is_flag=True, help="With NAME: run a new pass even though one completed.")
+@click.option("--wait", is_flag=True, help="With NAME: run the pass here in the foreground with a progress bar.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def backfill_command(config: Config, name: str | None, show_pending: bool, check: bool, enqueue_pending: bool,
+                     dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
+    """Run, gate and inspect backfills. Without NAME or a flag: list every declared backfill."""
+    config.load_apps()
+    modes = sum([show_pending, check, enqueue_pending, name is not None])
+    if modes > 1:
+        raise XError("pass one of NAME, --pending, --check or --enqueue-pending",
+                     "e.g. `x db backfill --pending`, or `x db backfill NAME --wait`", code="X_CLI_USAGE")
+    if name is None and (dry_run or force or wait):
+        raise XError("--dry-run, --force and --wait act on one backfill and need its NAME",
+                     "write `x db backfill NAME --wait`", code="X_CLI_USAGE")
+    if show_pending or check:
+        pending = pending_backfills(config)
+        if as_json:
+            emit_json([p.to_json() for p in pending])
+        elif pending:
+            _pending_table(pending)
+        else:
+            console.print("no pending backfills")
+        if check and pending:
+            if not as_json:
+                console.print(f"[red]{len(pending)} backfill(s) pending[/]: "
+                              + ", ".join(p.declaration["name"] for p in pending))
+            raise click.exceptions.Exit(1)
+        return
+    if enqueue_pending:
+        _enqueue_pending(config, as_json)
+        return
+    if name is not None:
+        _one(config, name, dry_run=dry_run, force=force, wait=wait, as_json=as_json)
+        return
+    _list_all(config, as_json)
+
+
+def _list_all(config: Config, as_json: bool) -> None:
+    from rich.table import Table
+
+    from ultimat3.jobs.backfill_registry import registered_backfills
+
+    driver = config.driver()
+    rows = []
+    for declaration in registered_backfills():
+        runs = config.call(driver.backfills.list, declaration["name"])
+        rows.append({**declaration, "runs": [run_json(r) for r in runs]})
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(header_style="bold", title="backfills")
+    for column in ("name", "checksum", "last pass", "status", "batches", "rows", "finished"):
+        table.add_column(column)
+    for row in rows:
+        last = row["runs"][0] if row["runs"] else None
+        table.add_row(row["name"], row["checksum"], last["run_id"] if last else "never run",
+                      last["status"] if last else "", str(last["batches"]) if last else "",
+                      str(last["rows"]) if last else "", (last["finished_at"] or "") if last else "")
+    console.print(table)
+
+
+def _resolve(name: str) -> Any:
+    from ultimat3.jobs.backfill_registry import get_backfill, registered_backfills
+
+    handle = get_backfill(name)
+    if handle is None:
+        known = ", ".join(d["name"] for d in registered_backfills()) or "none are declared"
+        raise XError(f"no backfill named {name!r} is declared (known: {known})",
+                     "check the name, and pass --app with the module that declares it",
+                     code="X_BACKFILL_UNKNOWN")
+    return handle
+
+
+def _enqueue_pending(config: Config, as_json: bool) -> None:
+    from ultimat3.jobs.backfill_registry import get_backfill
+
+    driver = config.driver()
+    enqueued, held = [], []
+    for item in pending_backfills(config):
+        declaration = item.declaration
+        reason = hold_reason(config, declaration)
+        if reason is not None:
+            held.append({"name": declaration["name"], "code": reason.code, "reason": reason.message})
+            continue
+        handle = get_backfill(declaration["name"])
+        assert handle is not None
+        # A pass completed under an older checksum would be skipped by the ledger rule, so the
+        # deploy trigger forces it: the code changed, so this is a different sweep.
+        result = config.call(lambda h=handle, f=item.reason == "checksum-changed":
+                             h.enqueue({"force": f}, driver=driver))
+        enqueued.append({"name": declaration["name"], "job_id": result.id, "deduped": result.deduped,
+                         "forced": item.reason == "checksum-changed"})
+    if as_json:
+        emit_json({"enqueued": enqueued, "held": held})
+        return
+    for e in enqueued:
+        note = " (already queued)" if e["deduped"] else ""
+        console.print(f"enqueued {e['name']} as job {e['job_id']}{note}")
+    for h in held:
+        console.print(f"[yellow]held[/] {h['name']}: {h['code']}: {h['reason']}")
+    if not enqueued and not held:
+        console.print("no pending backfills")
+
+
+def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
+    from ultimat3.jobs.backfill_pass import dry_run as plan_dry_run
+    from ultimat3.jobs.backfill_registry import declaration_of
+
+    handle = _resolve(name)
+    driver = config.driver()
+    declaration = declaration_of(handle)
+    assert declaration is not None
+    reason = hold_reason(config, declaration)
+    if reason is not None:
+        raise reason
+    if dry_run:
+        plan = config.call(plan_dry_run, handle, driver, config.environment)
+        if as_json:
+            emit_json({"name": name, "rows": plan.rows, "batches": plan.batches, "seconds": plan.seconds})
+            return
+        if plan.rows is None:
+            console.print(f"{name}: no count= declared, so a dry run cannot say how many rows it would visit")
+        else:
+            console.print(f"{name} would visit {plan.rows} rows in ~{plan.batches} batches, "
+                          f"~{_human(plan.seconds)} at its declared rate")
+        return
+    if wait:
+        from ultimat3.cli.progress import run_in_foreground
+
+        report = run_in_foreground(config, handle, force=force, quiet=as_json)
+        if as_json:
+            emit_json({"name": report.name, "batches": report.batches, "rows": report.rows,
+                       "skipped": report.skipped, "previous_run_id": report.previous_run_id})
+        return
+    result = config.call(lambda: handle.enqueue({"force": force}, driver=driver))
+    if as_json:
+        emit_json({"name": name, "job_id": result.id, "run_id": result.run_id, "deduped": result.deduped})
+        return
+    note = " (a pass was already queued or running; this is the same pass)" if result.deduped else ""
+    console.print(f"enqueued {name} as job {result.id}{note}")
+
+
+def _human(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,73 @@
+"""A backfill pass in the foreground, with a live progress bar: batches, rows, rows/sec and an ETA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ultimat3.cli.config import Config
+from ultimat3.cli.render import console, err_console, run_json
+
+
+def run_in_foreground(config: Config, handle: Any, *, force: bool, quiet: bool) -> Any:
+    """Enqueue (or join) the pass and run it in this process until it settles; returns its report."""
+    from ultimat3.jobs.backfill_pass import BackfillProgress, add_progress_listener, dry_run, run_backfill
+
+    driver = config.driver()
+    plan = config.call(dry_run, handle, driver, config.environment)
+    total = plan.rows
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows · {task.fields[batches]} batches · {task.fields[rate]} rows/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console if quiet else console,
+        disable=quiet,
+    )
+    task = progress.add_task(handle.name, total=total, batches=0, rate="–")
+
+    def on_progress(event: BackfillProgress) -> None:
+        if event.name != handle.name:
+            return
+        elapsed = progress.tasks[task].elapsed or 0.0
+        rate = f"{event.rows / elapsed:,.0f}" if elapsed > 0 else "–"
+        # `count` is rows still matching at the start, so the bar's total only grows when the
+        # pass finds more than it predicted (rows inserted while it runs).
+        new_total = None if total is None else max(total, event.rows)
+        progress.update(task, completed=event.rows, total=new_total, batches=event.batches, rate=rate)
+
+    remove = add_progress_listener(on_progress)
+    try:
+        with progress:
+            report = config.call(run_backfill, handle, force=force, driver=driver,
+                                 environment=config.environment)
+            if not report.skipped:
+                progress.update(task, completed=report.rows, total=report.rows)
+    finally:
+        remove()
+    if not quiet:
+        if report.skipped:
+            console.print(f"{handle.name}: skipped — a pass already completed (run {report.previous_run_id}); "
+                          "use --force for a new pass")
+        else:
+            console.print(f"{handle.name}: {report.rows} rows in {report.batches} batches")
+            last = config.call(driver.backfills.list, handle.name)
+            if last:
+                row = run_json(last[0])
+                assert row is not None
+                console.print(f"ledger x_backfills: run {row['run_id']} {row['status']}, checksum "
+                              f"{row['checksum']}, {row['batches']} batches, {row['rows']} rows")
+    return report

@@ -1,0 +1,123 @@
+"""Output: rich tables for people, plain JSON (``--json``) with a documented, stable shape for tools."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ultimat3.jobs.driver import BackfillRun, JobRecord, QueueStats, StepRecord
+
+# Piped output (CI logs, `| less`) gets a readable width instead of rich's 80-column default.
+_PIPE_WIDTH = 160
+console = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err_console = Console(stderr=True, soft_wrap=True)
+
+STATE_STYLE = {
+    "ready": "cyan", "delayed": "blue", "running": "yellow", "suspended": "magenta",
+    "done": "green", "dead": "red", "cancelled": "bright_black",
+}
+
+
+def iso(value: datetime | None) -> str | None:
+    """An ISO-8601 UTC timestamp, or ``None``."""
+    return None if value is None else value.isoformat()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def job_json(job: JobRecord) -> dict[str, Any]:
+    """The ``--json`` shape of one job (every field of :class:`JobRecord`, times as ISO strings)."""
+    return {k: _plain(v) for k, v in asdict(job).items()}
+
+
+def step_json(step: StepRecord) -> dict[str, Any]:
+    """The ``--json`` shape of one recorded step."""
+    return {"name": step.name, "result": step.result, "created_at": iso(step.created_at)}
+
+
+def run_json(run: BackfillRun | None) -> dict[str, Any] | None:
+    """The ``--json`` shape of one ``x_backfills`` row."""
+    return None if run is None else {k: _plain(v) for k, v in asdict(run).items()}
+
+
+def stats_json(stats: list[QueueStats]) -> list[dict[str, Any]]:
+    """The ``--json`` shape of queue stats."""
+    return [{"queue": s.queue, "counts": s.counts} for s in stats]
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` as JSON on stdout (no colour, no wrapping)."""
+    print(json.dumps(value, indent=2, sort_keys=False, default=str))
+
+
+def short_time(value: datetime | None) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` for tables."""
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def styled_state(state: str) -> str:
+    """A state with its colour, for tables."""
+    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+def jobs_table(jobs: list[JobRecord]) -> Table:
+    """``x jobs ls``."""
+    table = Table(show_lines=False, header_style="bold")
+    for column in ("id", "name", "queue", "state", "attempt", "tenant", "created", "last error"):
+        table.add_column(column, no_wrap=column in ("id", "name", "created"), overflow="ellipsis")
+    for job in jobs:
+        error = (job.last_error or "").splitlines()[0][:60] if job.last_error else ""
+        table.add_row(job.id, job.name, job.queue, styled_state(job.state), f"{job.attempt}/{job.max_attempts}",
+                      job.tenant_id or "", short_time(job.created_at), error)
+    return table
+
+
+def job_table(job: JobRecord) -> Table:
+    """``x jobs show``: one row per field."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in job_json(job).items():
+        if key in ("payload", "result"):
+            value = json.dumps(value)
+        if key == "state":
+            value = styled_state(str(value))
+        table.add_row(key, "" if value is None else str(value))
+    return table
+
+
+def steps_table(steps: list[StepRecord]) -> Table:
+    """The recorded steps of a run."""
+    table = Table(header_style="bold", title="steps")
+    table.add_column("step")
+    table.add_column("recorded")
+    table.add_column("result", overflow="fold")
+    for step in steps:
+        table.add_row(step.name, short_time(step.created_at), json.dumps(step.result)[:200])
+    return table
+
+
+def stats_table(stats: list[QueueStats]) -> Table:
+    """``x jobs stats``."""
+    states = ("ready", "delayed", "running", "suspended", "done", "dead", "cancelled")
+    table = Table(header_style="bold")
+    table.add_column("queue")
+    for state in states:
+        table.add_column(state, justify="right")
+    for s in stats:
+        table.add_row(s.queue, *(str(s.counts.get(state, 0)) for state in states))
+    return table

@@ -1,0 +1,94 @@
+"""The app the CLI tests point ``--app`` at: two jobs, a tenanted table and three backfills."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, update
+
+from ultimat3.core import Ctx
+from ultimat3.jobs import RetryPolicy, SyncStep, job
+from ultimat3.jobs.backfill import Batch, backfill
+from ultimat3.jobs.backfill_pass import engine_for_url
+from ultimat3.jobs.drivers import database_url
+from ultimat3.tenancy import tenanted
+
+metadata = MetaData()
+widgets = tenanted(
+    Table(
+        "cli_widgets",
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("org_id", String(20), nullable=False),
+        Column("label", String(50), nullable=False),
+    )
+)
+
+
+def engine() -> Any:
+    """The app engine: the database the CLI was pointed at."""
+    return engine_for_url(database_url())
+
+
+class Ping(BaseModel):
+    """Input of ``cli.ping``."""
+
+    org_id: str
+    n: int
+
+
+@job(name="cli.ping", tenant=lambda i: i.org_id, input=Ping, retry=RetryPolicy(max_attempts=2))
+def ping(input: Ping, ctx: Ctx, step: SyncStep) -> int:
+    """Echo ``n`` after recording it as a step."""
+    return step.run("echo", lambda: input.n)
+
+
+def _upper(batch: Batch) -> None:
+    with engine().begin() as conn:
+        ids = [row.id for row in batch.rows]
+        conn.execute(update(widgets).where(widgets.c.id.in_(ids)).values(label=func.upper(widgets.c.label)))
+
+
+def _lower_count(ctx: Ctx) -> int:
+    with engine().connect() as conn:
+        stmt = select(func.count()).select_from(widgets).where(widgets.c.label != func.upper(widgets.c.label))
+        return int(conn.execute(stmt).scalar_one())
+
+
+shout = backfill(
+    name="cli.shout",
+    tenant="none",
+    source=lambda ctx: select(widgets.c.id).where(widgets.c.label != func.upper(widgets.c.label)),
+    handle=_upper,
+    count=_lower_count,
+    batch=100,
+    rate=1000,
+)
+
+staging_only = backfill(
+    name="cli.staging_only",
+    tenant="none",
+    source=lambda ctx: select(widgets.c.id),
+    handle=lambda batch: None,
+    environments=["staging"],
+    rate=1000,
+)
+
+needs_migration = backfill(
+    name="cli.needs_migration",
+    tenant="none",
+    source=lambda ctx: select(widgets.c.id),
+    handle=lambda batch: None,
+    requires="20261201_widgets_labels",
+    rate=1000,
+)
+
+
+def seed(rows: int = 1_000) -> None:
+    """(Re)create ``cli_widgets`` with ``rows`` lower-case labels across two orgs."""
+    metadata.drop_all(engine())
+    metadata.create_all(engine())
+    with engine().begin() as conn:
+        rows_data = [{"id": n, "org_id": f"org{n % 2}", "label": f"w{n}"} for n in range(1, rows + 1)]
+        conn.execute(widgets.insert(), rows_data)

@@ -1,0 +1,216 @@
+"""Every `x` command on SQLite and Postgres: human output, `--json` shapes, and every error path
+(one coded line with a hint, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.cli.conftest import X
+from ultimat3.jobs import create_driver
+
+JOB_KEYS = {
+    "id", "run_id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
+    "created_at", "updated_at", "idempotency_key", "tenant_id", "traceparent", "enqueued_by", "claimed_by",
+    "visible_at", "finished_at", "last_error", "result",
+}
+LEDGER_KEYS = {"run_id", "name", "checksum", "status", "batches", "rows", "started_at", "job_id", "finished_at",
+               "error"}
+
+
+def as_json(result: Any) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def enqueue_ping(database: str, n: int = 1) -> str:
+    from tests.cli.cli_app import ping
+
+    driver = create_driver(database)
+    try:
+        return ping.enqueue({"org_id": "org1", "n": n}, driver=driver).id
+    finally:
+        driver.close()
+
+
+def drain(database: str) -> None:
+    import asyncio
+
+    from ultimat3.jobs import Worker
+
+    driver = create_driver(database)
+    worker = Worker(driver, names=["cli.ping"], environment="test")
+    try:
+        asyncio.run(worker.drain())
+    finally:
+        worker.close()
+        driver.close()
+
+
+def test_migrate_is_idempotent(x: X) -> None:
+    first = as_json(x("db", "migrate", "--json"))
+    assert "x:0001_init" in first["all"]
+    again = as_json(x("db", "migrate", "--json"))
+    assert again["applied"] == []
+    assert x("db", "migrate").stdout.startswith("up to date")
+
+
+def test_jobs_ls_show_and_stats(x: X, database: str) -> None:
+    first = enqueue_ping(database, 1)
+    second = enqueue_ping(database, 2)
+    listed = as_json(x("jobs", "ls", "--json"))
+    assert [job["id"] for job in listed] == [second, first]  # newest first
+    assert set(listed[0]) == JOB_KEYS
+    assert as_json(x("jobs", "ls", "--json", "--limit", "1"))[0]["id"] == second
+    assert as_json(x("jobs", "ls", "--json", "--state", "done")) == []
+    drain(database)
+    shown = as_json(x("jobs", "show", first, "--json"))
+    assert shown["job"]["state"] == "done" and shown["job"]["result"] == 1
+    assert [s["name"] for s in shown["steps"]] == ["echo"]
+    assert shown["backfill"] is None
+    stats = as_json(x("jobs", "stats", "--json"))
+    assert stats == [{"queue": "default", "counts": {"ready": 0, "delayed": 0, "running": 0, "suspended": 0,
+                                                     "done": 2, "dead": 0, "cancelled": 0}}]
+    human = x("jobs", "ls")
+    assert human.exit_code == 0 and "cli.ping" in human.stdout and "done" in human.stdout
+    assert "echo" in x("jobs", "show", first).stdout
+
+
+def test_cancel_then_retry(x: X, database: str) -> None:
+    job_id = enqueue_ping(database)
+    cancelled = as_json(x("jobs", "cancel", job_id, "--json", "--reason", "ops"))
+    assert cancelled["changed"] and cancelled["job"]["state"] == "cancelled"
+    assert cancelled["job"]["last_error"] == "ops"
+    again = as_json(x("jobs", "cancel", job_id, "--json"))
+    assert not again["changed"]
+    retried = as_json(x("jobs", "retry", job_id, "--json"))
+    assert retried["changed"] and retried["job"]["state"] == "ready"
+    refused = x("jobs", "retry", job_id)
+    assert refused.exit_code == 2 and "X_JOB_NOT_RETRYABLE" in refused.stderr
+
+
+def test_backfill_listing_pending_and_check(x: X) -> None:
+    declared = as_json(x("db", "backfill", "--json"))
+    assert {d["name"] for d in declared} == {"cli.shout", "cli.staging_only", "cli.needs_migration"}
+    assert all(d["kind"] == "backfill" and d["runs"] == [] for d in declared)
+    pending = as_json(x("db", "backfill", "--pending", "--json"))
+    assert {p["reason"] for p in pending} == {"never-run"}
+    shout = next(p for p in pending if p["name"] == "cli.shout")
+    assert shout["counts"] is True and shout["last_completed"] is None
+    gate = x("db", "backfill", "--check")
+    assert gate.exit_code == 1 and "cli.shout" in gate.stdout
+
+
+def test_dry_run_writes_nothing(x: X, database: str) -> None:
+    plan = as_json(x("db", "backfill", "cli.shout", "--dry-run", "--json"))
+    assert plan == {"name": "cli.shout", "rows": 1000, "batches": 10, "seconds": pytest.approx(0.01)}
+    assert "would visit 1000 rows in ~10 batches" in x("db", "backfill", "cli.shout", "--dry-run").stdout
+    assert as_json(x("jobs", "ls", "--json")) == []
+    assert as_json(x("db", "backfill", "--json"))[0]["runs"] == []
+
+
+def test_foreground_run_then_skip_then_force(x: X) -> None:
+    report = as_json(x("db", "backfill", "cli.shout", "--wait", "--json"))
+    assert report == {"name": "cli.shout", "batches": 10, "rows": 1000, "skipped": False, "previous_run_id": None}
+    pending = {p["name"] for p in as_json(x("db", "backfill", "--pending", "--json"))}
+    assert "cli.shout" not in pending
+    skipped = as_json(x("db", "backfill", "cli.shout", "--wait", "--json"))
+    assert skipped["skipped"] and skipped["previous_run_id"]
+    # Every label is upper-case now, so a forced pass finds nothing to visit but still writes a new row.
+    forced = as_json(x("db", "backfill", "cli.shout", "--wait", "--force", "--json"))
+    assert not forced["skipped"] and forced["rows"] == 0
+    runs = next(d for d in as_json(x("db", "backfill", "--json")) if d["name"] == "cli.shout")["runs"]
+    assert len(runs) == 2 and {r["status"] for r in runs} == {"completed"}
+    assert set(runs[0]) == LEDGER_KEYS
+    job = as_json(x("jobs", "ls", "--json", "--name", "cli.shout"))[0]
+    shown = as_json(x("jobs", "show", job["id"], "--json"))
+    assert shown["backfill"]["status"] == "completed"
+
+
+def test_foreground_run_shows_progress_and_ledger(x: X) -> None:
+    result = x("db", "backfill", "cli.shout", "--wait")
+    assert result.exit_code == 0, result.output
+    assert "cli.shout: 1000 rows in 10 batches" in result.stdout
+    assert "ledger x_backfills" in result.stdout and "completed" in result.stdout
+
+
+def test_enqueue_pending_honours_environment_and_requires(x: X, database: str) -> None:
+    outcome = as_json(x("db", "backfill", "--enqueue-pending", "--json"))
+    assert [e["name"] for e in outcome["enqueued"]] == ["cli.shout"]
+    held = {h["name"]: h["code"] for h in outcome["held"]}
+    assert held == {"cli.staging_only": "X_BACKFILL_ENVIRONMENT", "cli.needs_migration": "X_BACKFILL_REQUIRES"}
+    # Enqueued twice while live: the same pass.
+    again = as_json(x("db", "backfill", "--enqueue-pending", "--json"))
+    assert again["enqueued"][0]["deduped"] is True
+    driver = create_driver(database)
+    try:
+        driver.migrations.mark_applied("20261201_widgets_labels")
+    finally:
+        driver.close()
+    staged = as_json(x("--env", "staging", "db", "backfill", "--enqueue-pending", "--json"))
+    assert {e["name"] for e in staged["enqueued"]} == {"cli.shout", "cli.staging_only", "cli.needs_migration"}
+    assert staged["held"] == []
+
+
+def test_enqueue_one_backfill(x: X) -> None:
+    queued = as_json(x("db", "backfill", "cli.shout", "--json"))
+    assert queued["name"] == "cli.shout" and not queued["deduped"]
+    assert as_json(x("db", "backfill", "cli.shout", "--json"))["job_id"] == queued["job_id"]
+    refused = x("db", "backfill", "cli.staging_only")
+    assert refused.exit_code == 2 and "X_BACKFILL_ENVIRONMENT" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("jobs", "show", "no-such-id"), "X_JOB_NOT_FOUND"),
+        (("jobs", "cancel", "no-such-id"), "X_JOB_NOT_FOUND"),
+        (("jobs", "retry", "no-such-id"), "X_JOB_NOT_FOUND"),
+        (("db", "backfill", "no.such.backfill"), "X_BACKFILL_UNKNOWN"),
+        (("db", "backfill", "--pending", "--check", "cli.shout"), "X_CLI_USAGE"),
+        (("db", "backfill", "--wait"), "X_CLI_USAGE"),
+        (("db", "prune", "--older-than", "forever"), "X_DURATION"),
+        (("--env", "prod", "jobs", "ls"), "X_ENVIRONMENT"),
+    ],
+)
+def test_errors_are_one_coded_line(x: X, args: tuple[str, ...], code: str) -> None:
+    result = x(*args)
+    assert result.exit_code == 2
+    assert code in result.stderr
+    assert "hint:" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_prune(x: X, database: str) -> None:
+    enqueue_ping(database)
+    drain(database)
+    assert as_json(x("db", "prune", "--older-than", "1h", "--json")) == {"deleted": 0}
+    assert as_json(x("db", "prune", "--older-than", "0s", "--json")) == {"deleted": 1}
+
+
+def run_x(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "ultimat3", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code"),
+    [
+        (("--app", "no.such.module", "worker"), {}, "X_APP_IMPORT"),
+        (("jobs", "ls"), {"X_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "X_DATABASE_UNREACHABLE"),
+        (("jobs", "ls"), {"X_DATABASE_URL": "mysql://x"}, "X_DATABASE_URL"),
+        (("worker",), {"X_DATABASE_URL": "memory://"}, "X_WORKER_NO_JOBS"),
+    ],
+)
+def test_real_process_errors(args: tuple[str, ...], env: dict[str, str], code: str) -> None:
+    result = run_x(*args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert code in result.stderr and "hint:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
