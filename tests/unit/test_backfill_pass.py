@@ -571,3 +571,22 @@ def test_run_backfill_refuses_before_writing_and_reports_failures(memory: Memory
         run_backfill(sweep.declare(name="explodes", retry=RetryPolicy(max_attempts=1)), driver=memory,
                      environment="test")
     assert caught.value.code == "X_BACKFILL_FAILED" and "boom" in caught.value.message
+
+
+def test_a_pass_killed_on_every_attempt_closes_its_ledger_row(memory: MemoryDriver, sweep: Sweep,
+                                                              clock: ManualClock) -> None:
+    """Lost workers can spend every attempt; the dead-lettered pass must not read `running` forever."""
+    declared = sweep.declare(retry=RetryPolicy(max_attempts=2, base=0, jitter=0))
+    queued = declared.enqueue(driver=memory)
+    for _ in range(2):  # each attempt opens the ledger row, then its worker vanishes
+        claimed = memory.claim(ClaimRequest(worker_id="doomed", visibility_timeout=1))
+        assert [c.job.id for c in claimed] == [queued.id]
+        memory.backfills.start(queued.run_id, "items.sweep", "checksum", queued.id)
+        clock.advance(2)
+    drain(memory)
+    job = row(memory, queued.id)
+    assert job.state == "dead" and "X_JOB_ATTEMPTS_EXHAUSTED" in (job.last_error or "")
+    ledger = memory.backfills.get(queued.run_id)
+    assert ledger is not None and ledger.status == "failed"
+    assert "X_JOB_ATTEMPTS_EXHAUSTED" in (ledger.error or "")
+    assert sweep.handled == []

@@ -24,7 +24,7 @@ from ultimat3.jobs.backfill_checksum import backfill_checksum
 from ultimat3.jobs.backfill_pass import Batch, run_pass
 from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
 from ultimat3.jobs.backfill_registry import _stamp
-from ultimat3.jobs.driver import DEFAULT_QUEUE
+from ultimat3.jobs.driver import DEFAULT_QUEUE, JobDriver, JobRecord
 from ultimat3.jobs.duration import DurationInput
 from ultimat3.jobs.job import NO_TENANT, JobHandle, Tenant, job
 from ultimat3.jobs.migrations import MigrationRequirement, as_requirement
@@ -272,7 +272,18 @@ def backfill(
         # never a second writer sweeping the same table.
         idempotency_key=lambda _input: name,
     )(run)
+    declared.on_dead = _close_dead_pass
     # job() already refused a duplicate name, so the stamp never overwrites another backfill.
     _stamp(declared, definition)
     return declared
 
+
+def _close_dead_pass(driver: JobDriver, job: JobRecord, error: str | None) -> None:
+    """A dead-lettered pass must not leave its ledger row reading ``running`` forever.
+
+    The pass closes its own row when it fails, but a run whose attempts were all spent by killed
+    workers is dead-lettered without the pass ever running again, so the worker closes it here.
+    """
+    run = driver.backfills.get(job.run_id)
+    if run is not None and run.status == "running":
+        driver.backfills.finish(job.run_id, "failed", error or "dead-lettered")

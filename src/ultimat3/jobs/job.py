@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ultimat3.core.clock import to_seconds
 from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
-from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, OnConflict
+from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
@@ -136,6 +137,10 @@ class JobHandle(Generic[InT]):
         self.priority = priority
         self.origin = origin
         self.is_async = inspect.iscoroutinefunction(handler)
+        #: Called by the worker (from an I/O thread) once a run is dead-lettered, with the driver,
+        #: the row as claimed and the error kept on it. A run can die without its handler running
+        #: (its attempts spent by lost workers), so cleanup that the handler cannot do lives here.
+        self.on_dead: Callable[[JobDriver, JobRecord, str | None], None] | None = None
 
     def __repr__(self) -> str:
         return f"<job {self.name!r} queue={self.queue!r}>"
@@ -236,13 +241,18 @@ class JobHandle(Generic[InT]):
             "pass on_conflict='return' (get the live run back) or 'error' (raise JobDuplicateError)",
             code="X_JOB_ON_CONFLICT",
         )
+        # jsonb (and strict JSON) has no NaN or Infinity: refuse here, coded, before any write.
+        # Looked for before the JSON dump too: pydantic's JSON mode silently turns a NaN held
+        # in an Any/dict field into null, which would change the input without a word.
+        where = _non_finite_at(model.model_dump(), "")
         payload = model.model_dump(mode="json")
         try:
-            # jsonb (and strict JSON) has no NaN or Infinity: refuse here, coded, before any write.
             json.dumps(payload, allow_nan=False)
         except ValueError:
+            where = where or "(input)"
+        if where is not None:
             fail(
-                f'job "{self.name}" input holds NaN or Infinity, which JSON cannot store',
+                f'job "{self.name}" input field "{where or "(input)"}" holds NaN or Infinity, which JSON cannot store',
                 "pass finite numbers (or None) in the input",
                 code="X_JOB_INPUT",
             )
@@ -335,6 +345,23 @@ class JobHandle(Generic[InT]):
                 error.args = (error.message,)
                 raise
         return target.enqueue_many(requests, connection=connection)
+
+
+def _non_finite_at(value: Any, path: str) -> str | None:
+    """The dotted path of the first NaN/Infinity float inside ``value`` (a python-mode dump), if any."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite_at(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _origin_of(handler: Callable[..., Any]) -> str:

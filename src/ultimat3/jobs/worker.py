@@ -20,7 +20,7 @@ from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check
 from ultimat3.jobs.driver import ClaimedJob, ClaimRequest, JobDriver
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
-from ultimat3.jobs.job import registered_jobs
+from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.signal import AbortSignal
 
 log = logging.getLogger("ultimat3.worker")
@@ -175,6 +175,8 @@ class Worker:
             # The database is unreachable: the claim lapses and another worker re-runs the job.
             log.exception("could not settle job", extra={"job_id": job.id})
             settled = False
+        if settled and outcome.kind == "dead":
+            await self._after_dead(claimed, outcome.error)
         duration = time.monotonic() - active.started
         kind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
         log.info(
@@ -185,6 +187,15 @@ class Worker:
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
+
+    async def _after_dead(self, claimed: ClaimedJob, error: str | None) -> None:
+        handle = get_job(claimed.job.name)
+        if handle is None or handle.on_dead is None:
+            return
+        try:
+            await self._io(handle.on_dead, self.driver, claimed.job, error)
+        except Exception:
+            log.exception("on_dead hook of %s failed", claimed.job.name, extra={"job_id": claimed.job.id})
 
     async def _heartbeats(self) -> None:
         while True:
