@@ -1,0 +1,54 @@
+"""The README's backfill example declares what it says, and the README's first command works."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ultimat3.jobs import isolated_registry
+from ultimat3.jobs.backfill_registry import get_backfill, registered_backfills
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_block(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    matching = [block for block in blocks if marker in block]
+    assert len(matching) == 1, f"one README python block containing {marker!r}"
+    return matching[0]
+
+
+def test_readme_backfill_example_declares_a_backfill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with isolated_registry():
+        exec(compile(readme_block("myapp/backfills.py"), "README.md", "exec"), {"__name__": "readme_example"})
+        [declared] = registered_backfills()
+        assert declared["name"] == "shop.normalize_emails"
+        assert declared["requires"] == "20261201_add_email_index"
+        assert declared["environments"] == ["staging", "production"]
+        assert declared["counts"] is True
+        assert get_backfill("shop.normalize_emails") is not None
+
+
+@pytest.mark.process
+def test_readme_first_command_runs_the_demo(tmp_path: Path) -> None:
+    """`python examples/demo.py` (the part after the install) on a copy of examples/."""
+    copy = tmp_path / "examples"
+    shutil.copytree(ROOT / "examples", copy, ignore=shutil.ignore_patterns("*.db*", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("X_DATABASE_URL", "X_APP", "X_ENV")}
+    result = subprocess.run([sys.executable, str(copy / "demo.py")], capture_output=True, text=True, timeout=180,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "seeded 20,000 customers" in out
+    assert "shop.normalize_emails would visit" in out
+    assert re.search(r"shop\.normalize_emails: \d+ rows in \d+ batches", out)
+    assert "ledger x_backfills: run" in out and "completed" in out
+    assert out.rstrip().count("no pending backfills") == 1
+    assert "shop.normalize_emails" in out.split("$ x --app shop.jobs jobs ls")[1]
