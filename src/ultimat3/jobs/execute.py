@@ -4,6 +4,7 @@ signal, and decide how it settles. The worker owns claiming, heartbeats and conc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import random
 import traceback
@@ -121,7 +122,8 @@ class AttemptRunner:
         except XError as error:
             return Outcome("dead", str(error))
         ctx = run_ctx(claimed, self.environment)
-        task = asyncio.ensure_future(self._invoke(handle, claimed, model, ctx, signal))
+        returned = asyncio.Event()
+        task = asyncio.ensure_future(self._invoke(handle, claimed, model, ctx, signal, returned))
         aborted = asyncio.ensure_future(signal.wait_async())
         done, _ = await asyncio.wait({task, aborted}, timeout=handle.timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -129,6 +131,11 @@ class AttemptRunner:
             signal.abort(TIMEOUT if not signal.aborted else signal.reason or TIMEOUT)
             task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_GRACE)
+            if not handle.is_async:
+                # Cancelling the task does not stop a sync handler's thread: give it the same grace
+                # to see its signal and return, so the attempt ends when its handler does.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(returned.wait(), timeout=CANCEL_GRACE)
         aborted.cancel()
         return self._outcome(handle, claimed, task, signal)
 
@@ -156,16 +163,20 @@ class AttemptRunner:
         return Outcome("aborted", f"aborted: {reason}")
 
     async def _invoke(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
-                      signal: AbortSignal) -> Any:
+                      signal: AbortSignal, returned: asyncio.Event) -> Any:
         if handle.is_async:
             astep = AsyncStep(self.driver, claimed, signal, self.clock)
             with use_ctx(ctx):
                 return await handle.handler(model, ctx, astep)  # type: ignore[arg-type]
         sstep = SyncStep(self.driver, claimed, signal, self.clock)
+        loop = asyncio.get_running_loop()
 
         def call() -> Any:
-            with use_ctx(ctx):
-                return handle.handler(model, ctx, sstep)  # type: ignore[arg-type]
+            try:
+                with use_ctx(ctx):
+                    return handle.handler(model, ctx, sstep)  # type: ignore[arg-type]
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is gone when nobody waits any more
+                    loop.call_soon_threadsafe(returned.set)
 
-        loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.handler_pool, contextvars.copy_context().run, call)

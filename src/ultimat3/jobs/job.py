@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ultimat3.core.clock import to_seconds
+from ultimat3.core.clock import to_datetime, to_seconds
 from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
 from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
@@ -34,6 +34,9 @@ Tenant = Literal["none"] | Callable[[Any], str | None]
 AsyncHandler = Callable[[Any, Ctx, "AsyncStep"], Awaitable[Any]]
 SyncHandler = Callable[[Any, Ctx, "SyncStep"], Any]
 Handler = AsyncHandler | SyncHandler
+
+#: Priorities are stored in a 32-bit integer column (Postgres ``integer``).
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
 
@@ -222,17 +225,26 @@ class JobHandle(Generic[InT]):
             run_at = now + parse_duration(options.delay, what=f'job "{self.name}" delay')
         elif options.run_at is not None:
             check(
-                options.run_at.tzinfo is not None,
-                f'job "{self.name}" run_at={options.run_at!r} has no timezone',
+                isinstance(options.run_at, datetime) and options.run_at.tzinfo is not None,
+                f'job "{self.name}" run_at={options.run_at!r} is not an aware datetime',
                 "pass an aware datetime, e.g. datetime.now(UTC) + timedelta(minutes=5)",
                 code="X_JOB_SCHEDULE",
             )
             run_at = to_seconds(options.run_at)
+        if run_at is not None:
+            try:
+                to_datetime(run_at)  # every driver reports run_at as a datetime: it must be one
+            except (OverflowError, OSError, ValueError):
+                fail(
+                    f'job "{self.name}" would run at {run_at!r} (epoch seconds), past any date a row can hold',
+                    "pass a delay or run_at within the next few thousand years",
+                    code="X_JOB_SCHEDULE",
+                )
         priority = self.priority if options.priority is None else options.priority
         check(
-            isinstance(priority, int) and not isinstance(priority, bool),
-            f'job "{self.name}" priority={priority!r} is not an integer',
-            "pass priority as an int; higher runs first, 0 is the default",
+            isinstance(priority, int) and not isinstance(priority, bool) and PRIORITY_MIN <= priority <= PRIORITY_MAX,
+            f'job "{self.name}" priority={priority!r} is not an integer in {PRIORITY_MIN}..{PRIORITY_MAX}',
+            "pass priority as a (32-bit) int; higher runs first, 0 is the default",
             code="X_JOB_PRIORITY",
         )
         check(

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from ultimat3.core.errors import check
 
+#: ``max_attempts`` is stored in a 32-bit integer column (Postgres ``integer``).
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -25,8 +28,9 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         check(
             isinstance(self.max_attempts, int) and not isinstance(self.max_attempts, bool)
-            and self.max_attempts >= 1,
-            f"RetryPolicy(max_attempts={self.max_attempts!r}) — attempts are a whole number, at least 1",
+            and 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT,
+            f"RetryPolicy(max_attempts={self.max_attempts!r}) — attempts are a whole number, "
+            f"at least 1 (at most {MAX_ATTEMPTS_LIMIT})",
             "write RetryPolicy(max_attempts=5); 1 means no retry",
             code="X_RETRY_POLICY",
         )
@@ -43,7 +47,11 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        raw = min(self.cap, self.base * self.factor ** max(0, attempt - 1))
+        try:
+            raw = min(self.cap, self.base * self.factor ** max(0, attempt - 1))
+        except OverflowError:
+            # factor**n outgrew a float (attempt ~1025 at factor 2): the cap is what applies.
+            raw = 0.0 if self.base == 0 else self.cap
         spread = raw * self.jitter * (2 * rand() - 1)
         return max(0.0, min(self.cap, raw + spread))
 
