@@ -19,6 +19,7 @@ from ultimat3.core.clock import Clock
 from ultimat3.core.context import Actor, Ctx, Environment, use_ctx
 from ultimat3.core.errors import XError
 from ultimat3.jobs.driver import ClaimedJob, JobDriver, NackRequest
+from ultimat3.jobs.drivers.values import storable, strict_dumps
 from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.job import JobHandle, get_job
 from ultimat3.jobs.signal import AbortSignal
@@ -66,7 +67,7 @@ def format_error(error: BaseException) -> str:
     """``Type: message`` then the traceback, bounded."""
     head = f"{type(error).__name__}: {error}"
     body = "".join(traceback.format_exception(error))
-    text = f"{head}\n{body}" if body else head
+    text = storable(f"{head}\n{body}" if body else head)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 20] + "\n…(truncated)"
 
 
@@ -145,9 +146,16 @@ class AttemptRunner:
             error = task.exception()
             if error is None:
                 try:
-                    return Outcome("done", result=to_jsonable_python(task.result()))
+                    result = to_jsonable_python(task.result())
+                    strict_dumps(result)
                 except Exception as bad:
-                    return self._failure(handle, claimed, bad, format_error(bad))
+                    # The same handler would return the same value again: not worth a retry.
+                    refused = XError(f'job "{handle.name}" returned a value that cannot be stored as JSON: {bad}',
+                                     "return JSON data (str, finite numbers, bool, None, lists, dicts)",
+                                     code="X_JOB_RESULT")
+                    refused.retryable = False
+                    return self._failure(handle, claimed, refused, format_error(refused))
+                return Outcome("done", result=result)
             if isinstance(error, SuspendRun):
                 return Outcome("suspended", delay=error.delay)
             if not signal.aborted or not isinstance(error, JobAbortedError | asyncio.CancelledError):

@@ -44,6 +44,17 @@ from ultimat3.jobs.driver import (
     StepStore,
     WakeCallback,
 )
+from ultimat3.jobs.drivers.values import (
+    check_request,
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    result_text,
+    storable,
+    strict_dumps,
+    unknown_key,
+)
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 __all__ = [
@@ -66,7 +77,7 @@ _EVERY_JOB = JobFilter()
 
 def _json_copy(value: Any) -> Any:
     """A deep copy through JSON, refusing what a ``jsonb`` column would refuse (NaN included)."""
-    return json.loads(json.dumps(value, allow_nan=False))
+    return json.loads(strict_dumps(value))
 
 
 @dataclass
@@ -217,6 +228,7 @@ class MemoryIntrospection:
     def __init__(self, store: _Store) -> None:
         self._store = store
 
+    @unknown_key(lambda: None)
     def get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` when no job has that id."""
         with self._store.lock:
@@ -235,6 +247,8 @@ class MemoryIntrospection:
     # Defined last: a method named ``list`` would shadow the builtin in later annotations.
     def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
         with self._store.lock:
             rows = [
                 job
@@ -254,6 +268,7 @@ class MemoryStepStore:
     def __init__(self, store: _Store) -> None:
         self._store = store
 
+    @unknown_key(dict)
     def load(self, run_id: str) -> dict[str, StepRecord]:
         """Every recorded step of ``run_id`` by name."""
         with self._store.lock:
@@ -268,12 +283,14 @@ class MemoryStepStore:
                 for name, step in steps.items()
             }
 
+    @fenced_key(lambda: False)
     def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
         """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
 
         Raises an :class:`~ultimat3.core.XError` coded ``X_STEP_RESULT`` when ``result`` is not
         JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
         """
+        check_step_name(name)
         try:
             stored = _json_copy(result)
         except (TypeError, ValueError) as exc:
@@ -301,6 +318,7 @@ class MemoryBackfillLedger:
 
     def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
         """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
         with self._store.lock:
             row = self._store.backfills.get(run_id)
             if row is None:
@@ -381,6 +399,7 @@ class MemoryLeaseStore:
 
     def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
         """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
         if limit < 1:
             raise XError(
                 f"lease {key!r} asked for limit {limit}",
@@ -416,6 +435,7 @@ class MemoryLeaseStore:
             del self._store.leases[(lease.key, lease.slot)]
             return True
 
+    @unknown_key(list)
     def holders(self, key: str) -> list[Lease]:
         """Unexpired leases of ``key``, by slot."""
         with self._store.lock:
@@ -436,6 +456,7 @@ class MemoryMigrationLedger:
             items = self._store.migrations.items()
             return [MigrationRecord(id=mid, applied_at=to_datetime(at)) for mid, at in items]
 
+    @unknown_key(lambda: False)
     def is_applied(self, migration_id: str) -> bool:
         """Whether ``migration_id`` is recorded."""
         with self._store.lock:
@@ -443,6 +464,7 @@ class MemoryMigrationLedger:
 
     def mark_applied(self, migration_id: str) -> None:
         """Record ``migration_id`` as applied now; a second call keeps the first time."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
         with self._store.lock:
             self._store.migrations.setdefault(migration_id, self._store.clock.now())
 
@@ -497,6 +519,8 @@ class MemoryDriver:
                 "drop connection=..., or use the sqlite or postgres driver to enqueue transactionally",
                 code="X_DRIVER_CONNECTION",
             )
+        for request in requests:
+            check_request(request)
         # Copy payloads before taking the lock: a non-JSON payload fails before anything is staged.
         payloads = [_json_copy(request.payload) for request in requests]
         results: list[EnqueueResult] = []
@@ -580,9 +604,10 @@ class MemoryDriver:
                 claimed.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
             return claimed
 
+    @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
-        stored = _json_copy(result)
+        stored = json.loads(result_text(result, what=f"result of job {job_id}"))
         with self._store.lock:
             job = self._store.jobs.get(job_id)
             if job is None or not job.held_by(claim_token):
@@ -596,6 +621,7 @@ class MemoryDriver:
             job.visible_at = None
             return True
 
+    @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
         """Put the attempt back (retry or suspension) or dead-letter it, if still fenced-in."""
         with self._store.lock:
@@ -615,7 +641,7 @@ class MemoryDriver:
                 self._store.set_state(job, "ready")
                 job.run_at = now + request.delay
             if request.error is not None:
-                job.last_error = request.error
+                job.last_error = storable(request.error)
             job.claim_token = None
             job.visible_at = None
             job.updated_at = now
@@ -623,6 +649,7 @@ class MemoryDriver:
         self._wake([queue])
         return True
 
+    @fenced_key(lambda: False)
     def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
         """Extend the claim to ``now + visibility_timeout``; ``False`` when the claim is gone."""
         with self._store.lock:
@@ -634,6 +661,7 @@ class MemoryDriver:
             job.updated_at = now
             return True
 
+    @unknown_key(lambda: None)
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
         """Cancel an unfinished job; finished jobs come back unchanged, unknown ids as ``None``."""
         with self._store.lock:
@@ -644,7 +672,7 @@ class MemoryDriver:
                 now = self.clock.now()
                 self._store.set_state(job, "cancelled")
                 if reason is not None:
-                    job.last_error = reason
+                    job.last_error = storable(reason)
                 job.finished_at = now
                 job.updated_at = now
                 # Dropping the token is what makes the running attempt's next heartbeat fail.
@@ -652,6 +680,7 @@ class MemoryDriver:
                 job.visible_at = None
             return job.record()
 
+    @unknown_key(lambda: None)
     def retry(self, job_id: str) -> JobRecord | None:
         """Make a ``dead`` or ``cancelled`` job ``ready`` now with ``attempt`` 0, same run."""
         with self._store.lock:

@@ -18,7 +18,6 @@ at-least-once anyway); a settlement or heartbeat that did commit reports ``False
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -54,6 +53,17 @@ from ultimat3.jobs.driver import (
 )
 from ultimat3.jobs.drivers.postgres.listener import Listener
 from ultimat3.jobs.drivers.postgres.queries import QUERIES, load_migrations
+from ultimat3.jobs.drivers.values import (
+    check_request,
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    result_text,
+    storable,
+    strict_dumps,
+    unknown_key,
+)
 from ultimat3.jobs.errors import DriverError, JobDuplicateError, StepResultError
 
 __all__ = [
@@ -121,7 +131,7 @@ def _json_text(value: Any) -> str:
 
     Raises ``TypeError``/``ValueError`` like the memory driver, before anything reaches the server.
     """
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return strict_dumps(value)
 
 
 def _jsonb(value: Any) -> Jsonb:
@@ -293,6 +303,7 @@ class PostgresIntrospection:
     def __init__(self, db: _Database) -> None:
         self._db = db
 
+    @unknown_key(lambda: None)
     def get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` when no job has that id."""
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
@@ -309,6 +320,8 @@ class PostgresIntrospection:
     # Defined last: a method named ``list`` would shadow the builtin in later annotations.
     def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
         params = {
             "queue": filter.queue,
             "name": filter.name,
@@ -326,6 +339,7 @@ class PostgresStepStore:
     def __init__(self, db: _Database) -> None:
         self._db = db
 
+    @unknown_key(dict)
     def load(self, run_id: str) -> dict[str, StepRecord]:
         """Every recorded step of ``run_id`` by name."""
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["steps_load"], {"run_id": run_id}).fetchall())
@@ -336,6 +350,7 @@ class PostgresStepStore:
             for row in rows
         }
 
+    @fenced_key(lambda: False)
     def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
         """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
 
@@ -343,6 +358,7 @@ class PostgresStepStore:
         :class:`~ultimat3.jobs.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
         ``result`` is not JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
         """
+        check_step_name(name)
         try:
             value = _jsonb(result)
         except (TypeError, ValueError) as exc:
@@ -370,6 +386,7 @@ class PostgresBackfillLedger:
 
     def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
         """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
         params = {
             "run_id": run_id,
             "name": name,
@@ -397,11 +414,13 @@ class PostgresBackfillLedger:
         params = {"run_id": run_id, "status": status, "error": error, "now": to_datetime(self._db.now())}
         self._db.run(lambda conn, _: conn.execute(_Q["backfill_finish"], params))
 
+    @unknown_key(lambda: None)
     def get(self, run_id: str) -> BackfillRun | None:
         """One pass by run id."""
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_get"], {"run_id": run_id}).fetchone())
         return None if row is None else _backfill(row)
 
+    @unknown_key(lambda: None)
     def last_completed(self, name: str) -> BackfillRun | None:
         """The most recently finished ``completed`` pass of ``name``."""
         row = self._db.run(
@@ -411,6 +430,8 @@ class PostgresBackfillLedger:
 
     def list(self, name: str | None = None) -> list[BackfillRun]:
         """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
+        if not filter_is_storable(name):
+            return []
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_list"], {"name": name}).fetchall())
         return [_backfill(row) for row in rows]
 
@@ -423,6 +444,7 @@ class PostgresLeaseStore:
 
     def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
         """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
         if limit < 1:
             raise XError(
                 f"lease {key!r} asked for limit {limit}",
@@ -470,6 +492,7 @@ class PostgresLeaseStore:
         params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
         return self._db.run(lambda conn, _: conn.execute(_Q["lease_release"], params).rowcount) == 1
 
+    @unknown_key(list)
     def holders(self, key: str) -> list[Lease]:
         """Unexpired leases of ``key``, by slot."""
         params = {"key": key, "now": to_datetime(self._db.now())}
@@ -488,6 +511,7 @@ class PostgresMigrationLedger:
         rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["migrations_applied"]).fetchall())
         return [MigrationRecord(id=mid, applied_at=_utc(at)) for mid, at in rows]
 
+    @unknown_key(lambda: False)
     def is_applied(self, migration_id: str) -> bool:
         """Whether ``migration_id`` is recorded."""
         row = self._db.run(
@@ -497,6 +521,7 @@ class PostgresMigrationLedger:
 
     def mark_applied(self, migration_id: str) -> None:
         """Record ``migration_id`` as applied now; a second call keeps the first time."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
         params = {"id": migration_id, "now": to_datetime(self._db.now())}
         self._db.run(lambda conn, _: conn.execute(_Q["migration_mark"], params))
 
@@ -507,6 +532,7 @@ class _Staged:
     __slots__ = ("id", "params", "request", "run_id")
 
     def __init__(self, request: EnqueueRequest, now: float) -> None:
+        check_request(request)
         run_at = now if request.run_at is None else request.run_at
         self.request = request
         self.id = str(uuid.uuid4())
@@ -798,11 +824,14 @@ class PostgresDriver:
         rows.sort(key=lambda row: row["ord"])
         return [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
 
+    @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
-        params = {"id": job_id, "token": claim_token, "result": _jsonb(result), "now": to_datetime(self.clock.now())}
+        encoded = Jsonb(result_text(result, what=f"result of job {job_id}"), dumps=_as_is)
+        params = {"id": job_id, "token": claim_token, "result": encoded, "now": to_datetime(self.clock.now())}
         return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params).rowcount) == 1
 
+    @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
         """Put the attempt back (retry or suspension) or dead-letter it, if still fenced-in."""
         now = self.clock.now()
@@ -812,7 +841,7 @@ class PostgresDriver:
             "dead": request.dead_letter,
             "counts": request.counts_as_attempt,
             "run_at": to_datetime(now + request.delay),
-            "error": request.error,
+            "error": None if request.error is None else storable(request.error),
             "now": to_datetime(now),
         }
         row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["nack"], params).fetchone())
@@ -821,6 +850,7 @@ class PostgresDriver:
         self._wake([row[0]])
         return True
 
+    @fenced_key(lambda: False)
     def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
         """Extend the claim to ``now + visibility_timeout``; ``False`` when the claim is gone."""
         now = self.clock.now()
@@ -832,9 +862,11 @@ class PostgresDriver:
         }
         return self._db.run(lambda conn, _: conn.execute(_Q["heartbeat"], params).rowcount) == 1
 
+    @unknown_key(lambda: None)
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
         """Cancel an unfinished job; finished jobs come back unchanged, unknown ids as ``None``."""
-        params = {"id": job_id, "reason": reason, "now": to_datetime(self.clock.now())}
+        text = None if reason is None else storable(reason)
+        params = {"id": job_id, "reason": text, "now": to_datetime(self.clock.now())}
 
         def op(conn: Conn, _: bool) -> Row | None:
             cur = _rows(conn)
@@ -844,6 +876,7 @@ class PostgresDriver:
         row = self._db.run(op)
         return None if row is None else _job(row)
 
+    @unknown_key(lambda: None)
     def retry(self, job_id: str) -> JobRecord | None:
         """Make a ``dead`` or ``cancelled`` job ``ready`` now with ``attempt`` 0, same run.
 

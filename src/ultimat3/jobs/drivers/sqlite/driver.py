@@ -48,6 +48,16 @@ from ultimat3.jobs.driver import (
     WakeCallback,
 )
 from ultimat3.jobs.drivers.sqlite._sql import QUERIES, Migration, load_migrations
+from ultimat3.jobs.drivers.values import (
+    check_request,
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    storable,
+    strict_dumps,
+    unknown_key,
+)
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 __all__ = ["SqliteDriver", "sqlite_path"]
@@ -103,7 +113,7 @@ def _is_memory(path: str) -> bool:
 def _dumps(value: Any, what: str, code: str, hint: str) -> str:
     """JSON text for a column; NaN and infinities are refused as Postgres's jsonb refuses them."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return strict_dumps(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{what} is not JSON ({type(value).__name__}): {exc}", hint, code=code) from exc
 
@@ -218,6 +228,7 @@ class _PreparedJob:
 
 
 def _prepare(request: EnqueueRequest) -> _PreparedJob:
+    check_request(request)
     payload = _dumps(
         request.payload,
         f'payload of job "{request.name}"',
@@ -572,6 +583,7 @@ class SqliteDriver:
         rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
         return [ClaimedJob(_job_record(row), row["claim_token"]) for row in rows]
 
+    @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
         encoded = (
@@ -582,6 +594,7 @@ class SqliteDriver:
         params = {"id": job_id, "claim_token": claim_token, "result": encoded, "now": self._now()}
         return self._execute("ack", params)[1] == 1
 
+    @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
         """Put the attempt back (``ready``/``suspended``) or dead-letter it, if still claimed."""
         if request.dead_letter:
@@ -594,7 +607,7 @@ class SqliteDriver:
         params = {
             "id": job_id,
             "claim_token": claim_token,
-            "error": request.error,
+            "error": None if request.error is None else storable(request.error),
             "run_at": now + request.delay,
             "now": now,
         }
@@ -603,23 +616,27 @@ class SqliteDriver:
             self._notify([rows[0]["queue"]])
         return bool(rows)
 
+    @fenced_key(lambda: False)
     def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
         """Push ``visible_at`` to now + ``visibility_timeout`` if still claimed."""
         now = self._now()
         params = {"id": job_id, "claim_token": claim_token, "visible_at": now + visibility_timeout, "now": now}
         return self._execute("heartbeat", params)[1] == 1
 
+    @unknown_key(lambda: None)
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
         """Cancel a job not yet finished; a finished one is returned unchanged, an unknown id as None."""
 
         def run(conn: sqlite3.Connection, now: float) -> sqlite3.Row | None:
-            rows = conn.execute(QUERIES["cancel"], {"id": job_id, "reason": reason, "now": now}).fetchall()
+            text = None if reason is None else storable(reason)
+            rows = conn.execute(QUERIES["cancel"], {"id": job_id, "reason": text, "now": now}).fetchall()
             row: sqlite3.Row | None = rows[0] if rows else conn.execute(QUERIES["job_get"], {"id": job_id}).fetchone()
             return row
 
         row = self._write(run)
         return None if row is None else _job_record(row)
 
+    @unknown_key(lambda: None)
     def retry(self, job_id: str) -> JobRecord | None:
         """A ``dead`` or ``cancelled`` job becomes ``ready`` now, attempt 0, same run."""
 
@@ -690,6 +707,8 @@ class SqliteIntrospection:
 
     def list(self, filter: JobFilter = _EVERY_JOB) -> builtins.list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
         params = {
             "queue": filter.queue,
             "name": filter.name,
@@ -699,6 +718,7 @@ class SqliteIntrospection:
         }
         return [_job_record(row) for row in self._driver._rows("jobs_list", params)]
 
+    @unknown_key(lambda: None)
     def get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` when no job has that id."""
         rows = self._driver._rows("job_get", {"id": job_id})
@@ -719,6 +739,7 @@ class SqliteStepStore:
     def __init__(self, driver: SqliteDriver) -> None:
         self._driver = driver
 
+    @unknown_key(dict)
     def load(self, run_id: str) -> dict[str, StepRecord]:
         """Every recorded step of ``run_id`` by name."""
         return {
@@ -726,8 +747,10 @@ class SqliteStepStore:
             for row in self._driver._rows("step_load", {"run_id": run_id})
         }
 
+    @fenced_key(lambda: False)
     def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
         """Record step ``name`` if the job is running under ``claim_token``; the first result wins."""
+        check_step_name(name)
         encoded = _dumps(
             result,
             f'result of step "{name}"',
@@ -754,6 +777,7 @@ class SqliteBackfillLedger:
 
     def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
         """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
         params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
         return _backfill_run(self._driver._rows("backfill_start", params)[0])
 
@@ -772,11 +796,13 @@ class SqliteBackfillLedger:
         params = {"run_id": run_id, "status": status, "error": error, "now": self._driver._now()}
         self._driver._execute("backfill_finish", params)
 
+    @unknown_key(lambda: None)
     def get(self, run_id: str) -> BackfillRun | None:
         """One pass by run id."""
         rows = self._driver._rows("backfill_get", {"run_id": run_id})
         return _backfill_run(rows[0]) if rows else None
 
+    @unknown_key(lambda: None)
     def last_completed(self, name: str) -> BackfillRun | None:
         """The most recently finished ``completed`` pass of ``name``."""
         rows = self._driver._rows("backfill_last_completed", {"name": name})
@@ -784,6 +810,8 @@ class SqliteBackfillLedger:
 
     def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
         """Every pass (of ``name``), newest first."""
+        if not filter_is_storable(name):
+            return []
         return [_backfill_run(row) for row in self._driver._rows("backfill_list", {"name": name})]
 
 
@@ -795,6 +823,7 @@ class SqliteLeaseStore:
 
     def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
         """Take a free (or expired) slot in ``0..limit-1``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
         if limit < 1:
             raise XError(
                 f"lease {key!r} asked for a limit of {limit}",
@@ -829,6 +858,7 @@ class SqliteLeaseStore:
         params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
         return self._driver._execute("lease_release", params)[1] == 1
 
+    @unknown_key(list)
     def holders(self, key: str) -> builtins.list[Lease]:
         """Unexpired leases of ``key``, by slot."""
         return [_lease(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
@@ -849,6 +879,7 @@ class SqliteMigrationLedger:
             for row in self._driver._rows("migrations_applied")
         ]
 
+    @unknown_key(lambda: False)
     def is_applied(self, migration_id: str) -> bool:
         """Whether ``migration_id`` is recorded."""
         if not self._driver._rows("migrations_table_exists"):
@@ -857,6 +888,7 @@ class SqliteMigrationLedger:
 
     def mark_applied(self, migration_id: str) -> None:
         """Record ``migration_id`` as applied (idempotent)."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
         try:
             self._driver._execute("migration_mark_applied", {"id": migration_id, "now": self._driver._now()})
         except sqlite3.OperationalError as exc:

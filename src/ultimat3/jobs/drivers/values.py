@@ -1,0 +1,168 @@
+"""What every driver refuses before it writes, in one place, so the three agree to the letter.
+
+Postgres text cannot hold NUL, no UTF-8 column can hold a lone surrogate, ``jsonb`` refuses NaN,
+Infinity and ``\\u0000``, and the integer columns are 32 bits. Checking here (not in each
+driver's error handling) gives every driver the same coded error and guarantees nothing is
+half-written: a request is refused whole, before any statement runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from ultimat3.core.clock import to_datetime
+from ultimat3.core.errors import ConfigError
+from ultimat3.jobs.driver import EnqueueRequest
+
+#: Bounds of the 32-bit ``integer`` columns (priority, attempt, max_attempts).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text in every driver, or ``None``."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not UTF-8"
+    return None
+
+
+def is_storable_text(value: object) -> bool:
+    """Whether ``value`` is a string every driver can store and compare (ids, names, keys)."""
+    return isinstance(value, str) and text_problem(value) is None
+
+
+def _check_json_strings(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        problem = text_problem(value)
+        if problem is not None:
+            raise ValueError(f"{where} {problem}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and text_problem(key) is not None:
+                raise ValueError(f"key {key!r} at {where} {text_problem(key)}")
+            _check_json_strings(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_strings(item, f"{where}[{index}]")
+
+
+def strict_dumps(value: Any) -> str:
+    """Compact JSON text every driver stores alike; ``TypeError``/``ValueError`` when it cannot be."""
+    try:
+        _check_json_strings(value, "$")
+    except RecursionError as error:
+        raise ValueError("nested too deeply") from error
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
+def json_text(value: Any, *, what: str, code: str, hint: str) -> str:
+    """``value`` as compact JSON text every driver stores alike, or a coded :class:`ConfigError`."""
+    try:
+        return strict_dumps(value)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ConfigError(f"{what} is not storable JSON: {error}", hint, code=code) from error
+
+
+def payload_text(request: EnqueueRequest) -> str:
+    """The request's payload as JSON text (coded ``X_JOB_PAYLOAD`` when it cannot be stored)."""
+    return json_text(request.payload, what=f'payload of job "{request.name}"', code="X_JOB_PAYLOAD",
+                     hint="pass JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
+
+
+def result_text(value: Any, *, what: str) -> str:
+    """A job or step result as JSON text (coded ``X_JOB_RESULT``)."""
+    return json_text(value, what=what, code="X_JOB_RESULT",
+                     hint="return JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
+
+
+def check_request(request: EnqueueRequest) -> None:
+    """Refuse a request any driver would fail to store, with a coded error naming the field."""
+    for field in ("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by"):
+        value = getattr(request, field)
+        if value is None and field not in ("name", "queue"):
+            continue
+        if not isinstance(value, str) or text_problem(value) is not None:
+            problem = "is not a string" if not isinstance(value, str) else text_problem(value)
+            raise ConfigError(f'job "{request.name!r}" {field}={value!r} {problem}',
+                              f"pass {field} as plain text without NUL or unpaired surrogates",
+                              code="X_JOB_FIELD")
+    for field, low in (("priority", INT32_MIN), ("max_attempts", 1)):
+        value = getattr(request, field)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
+            raise ConfigError(f'job "{request.name}" {field}={value!r} is outside {low}..{INT32_MAX}',
+                              f"pass {field} as a 32-bit integer", code="X_JOB_FIELD")
+    if request.run_at is not None:
+        try:
+            ok = math.isfinite(request.run_at) and to_datetime(request.run_at) is not None
+        except (OverflowError, OSError, ValueError, TypeError):
+            ok = False
+        if not ok:
+            raise ConfigError(f'job "{request.name}" run_at={request.run_at!r} is not a time a row can hold',
+                              "pass epoch seconds within years 1970..9999", code="X_JOB_SCHEDULE")
+    if not isinstance(request.payload, dict):
+        raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
+                          "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
+    payload_text(request)
+
+
+def storable(text: str) -> str:
+    """``text`` made storable by escaping what no driver can hold (for error messages and reasons)."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guard(default: Callable[[], object], keys: int) -> Callable[[F], F]:
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: object, *args: Any, **kwargs: Any) -> Any:
+            if not all(is_storable_text(key) for key in args[:keys]):
+                return default()
+            return method(self, *args, **kwargs)
+
+        return cast(F, guarded)
+
+    return wrap
+
+
+def unknown_key(default: Callable[[], object]) -> Callable[[F], F]:
+    """A lookup by a key no driver could have stored (NUL, lone surrogate) finds nothing.
+
+    Answering "unknown" (``default()``) instead of letting the database raise keeps an operator's
+    typo or a hostile id on the same path as any other id that does not exist. The key is the
+    method's first positional argument.
+    """
+    return _guard(default, 1)
+
+
+def fenced_key(default: Callable[[], object]) -> Callable[[F], F]:
+    """As :func:`unknown_key` for (job id, claim token): a token no driver minted holds no claim."""
+    return _guard(default, 2)
+
+
+def filter_is_storable(*values: str | None) -> bool:
+    """Whether every given filter value could match a stored row (``None`` means "any")."""
+    return all(value is None or is_storable_text(value) for value in values)
+
+
+def check_step_name(name: str) -> None:
+    """Refuse a step name no driver can store, coded ``X_STEP_NAME``."""
+    if not is_storable_text(name):
+        raise ConfigError(f"step name {name!r} is not storable text",
+                          "name steps with plain text (no NUL or unpaired surrogates)", code="X_STEP_NAME")
+
+
+def require_text(code: str, **fields: str | None) -> None:
+    """Refuse (coded ``code``) any given field no driver can store; ``None`` values are skipped."""
+    for field, value in fields.items():
+        if value is not None and not is_storable_text(value):
+            raise ConfigError(f"{field}={value!r} is not storable text",
+                              f"pass {field} as plain text (no NUL or unpaired surrogates)", code=code)

@@ -1,0 +1,1 @@
+"""Property-based tests (hypothesis): bad input either works or fails coded, never half-written."""

@@ -1,0 +1,51 @@
+"""One ``driver`` per kind (memory, sqlite, postgres) shared by a module's examples, and helpers.
+
+Drivers are module-scoped: hypothesis runs many examples per test, so each example counts the
+rows before and after itself instead of starting from an empty store. Postgres runs in a schema of
+its own, so other suites truncating the shared tables cannot interfere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.process.harness import postgres_schema
+from ultimat3.jobs.driver import JobDriver
+from ultimat3.jobs.drivers import create_driver
+
+DRIVERS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+#: What another process (the CLI) can open: memory:// lives inside one process only.
+SHARED_DRIVERS = DRIVERS[1:]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``driver_url`` over every kind, or only the shareable ones for a module that
+    sets ``SHARED_ONLY = True`` (its tests reach the store through a separate CLI invocation)."""
+    if "driver_url" in metafunc.fixturenames:
+        shared_only = getattr(metafunc.module, "SHARED_ONLY", False)
+        metafunc.parametrize("driver_url", SHARED_DRIVERS if shared_only else DRIVERS, indirect=True,
+                             scope="module")
+
+
+@pytest.fixture(scope="module")
+def driver_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database URL of each kind (a fresh SQLite file, a fresh Postgres schema)."""
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('prop') / 'x.db'}"
+    else:
+        with postgres_schema("x_prop") as url:
+            yield url
+
+
+@pytest.fixture(scope="module")
+def driver(driver_url: str) -> Iterator[JobDriver]:
+    """A migrated driver on ``driver_url``."""
+    built = create_driver(driver_url)
+    try:
+        yield built
+    finally:
+        built.close()
