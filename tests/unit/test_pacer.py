@@ -148,3 +148,39 @@ def test_the_constructor_refuses_a_bad_rate(rate: object) -> None:
     assert caught.value.code == "X_BACKFILL_RATE"
     assert "posts.fill" in caught.value.message
     assert "no unthrottled mode" in caught.value.hint
+
+
+def test_timer_overshoot_is_not_charged_to_the_next_interval(clock: ManualClock) -> None:
+    """A sleeper that wakes 50% late still yields the declared rate over a pass: the next wait is
+    measured from the slot waited for, not from the late wake-up."""
+    asked: list[float] = []
+
+    def late_sleep(seconds: float, signal: AbortSignal) -> None:
+        asked.append(seconds)
+        clock.advance(seconds * 1.5)
+
+    pacer = Pacer(rate=10, job="late", clock=clock, sleep=late_sleep)
+    start = clock.monotonic()
+    for _ in range(101):
+        pacer.wait(AbortSignal())
+    elapsed = clock.monotonic() - start
+    # 100 intervals of 0.1 s, plus at most the last wake's overshoot.
+    assert 10.0 <= elapsed <= 10.0 + 0.1
+    assert all(seconds <= 0.1 + 1e-9 for seconds in asked)
+
+
+def test_a_very_late_wake_catches_up_at_most_one_interval(clock: ManualClock) -> None:
+    asked: list[float] = []
+    stall = {"seconds": 5.0}  # the first wait's wake comes 5 s late (the process was descheduled)
+
+    def sleep(seconds: float, signal: AbortSignal) -> None:
+        asked.append(seconds)
+        clock.advance(stall.pop("seconds", seconds))
+
+    pacer = Pacer(rate=10, job="stalled", clock=clock, sleep=sleep)
+    pacer.wait(AbortSignal())
+    clock.advance(0.01)
+    pacer.wait(AbortSignal())  # asks 0.09, wakes 5 s later
+    pacer.wait(AbortSignal())  # one catch-up batch without waiting...
+    pacer.wait(AbortSignal())  # ...then the full interval again
+    assert asked == [pytest.approx(0.09), pytest.approx(0.1)]
