@@ -56,8 +56,9 @@ def run_backfill_chaos(backend: str, url: str, root: Path) -> None:
                     pytest.fail(f"[backfill {backend}] not finished after {CAP_SECONDS}s (kills={kills}, "
                                 f"seed={seed}): {row}\n{fleet.logs()}")
                 fleet.check_healthy()
-                ledger = driver.backfills.get(queued.run_id)
-                batches = 0 if ledger is None else ledger.batches
+                # The recorded batch steps are the durable progress (the ledger's counters are
+                # only refreshed about once a second).
+                batches = len(driver.steps.load(queued.run_id))
                 holder = row.claimed_by if row.state == "running" else None
                 if kills < KILLS and holder in fleet.alive():
                     if (holder, row.attempt) != watched:
