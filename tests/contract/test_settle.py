@@ -5,7 +5,7 @@ from __future__ import annotations
 from ultimat3.core.clock import ManualClock
 from ultimat3.jobs.driver import JobDriver, NackRequest
 
-from .helpers import Backdoor, at, claim, claim_one, dead_letter, enqueue_and_claim, get, retry_later, suspend
+from .helpers import Backdoor, at, claim, claim_one, dead_letter, enqueue, enqueue_and_claim, get, retry_later, suspend
 
 
 def test_ack_marks_the_job_done_with_its_result(driver: JobDriver, clock: ManualClock) -> None:
@@ -142,3 +142,45 @@ def test_suspension_stores_an_error_when_given(driver: JobDriver) -> None:
     request = NackRequest(error="sleeping", delay=1, counts_as_attempt=False)
     assert driver.nack(claimed.job.id, claimed.claim_token, request)
     assert get(driver, claimed.job.id).last_error == "sleeping"
+
+
+def test_ack_many_settles_each_job_under_its_own_fence(driver: JobDriver, clock: ManualClock) -> None:
+    from ultimat3.jobs.driver import Ack
+
+    for n in range(4):
+        enqueue(driver, payload={"n": n})
+    first, second, third, fourth = claim(driver, "w1", limit=4)
+    assert driver.cancel(third.job.id, "operator") is not None  # its claim is gone
+    clock.advance(1)
+    settled = driver.ack_many([
+        Ack(first.job.id, first.claim_token, {"n": 0}),
+        Ack(second.job.id, "w1:1:not-the-token", {"n": 1}),
+        Ack(third.job.id, third.claim_token, {"n": 2}),
+        Ack(fourth.job.id, fourth.claim_token),
+        Ack("no-such-job", "w1:1:x"),
+    ])
+    assert settled == [True, False, False, True, False]
+    assert (get(driver, first.job.id).state, get(driver, first.job.id).result) == ("done", {"n": 0})
+    assert get(driver, first.job.id).finished_at == at(clock.now())
+    assert get(driver, second.job.id).state == "running"
+    assert get(driver, third.job.id).state == "cancelled"
+    assert (get(driver, fourth.job.id).state, get(driver, fourth.job.id).result) == ("done", None)
+    # A second round changes nothing: each ack is fenced on its own token.
+    assert driver.ack_many([Ack(first.job.id, first.claim_token, "again")]) == [False]
+    assert get(driver, first.job.id).result == {"n": 0}
+    assert driver.ack_many([]) == []
+
+
+def test_ack_many_refuses_a_result_it_cannot_store_before_writing(driver: JobDriver) -> None:
+    import pytest
+
+    from ultimat3.core.errors import XError
+    from ultimat3.jobs.driver import Ack
+
+    enqueue(driver)
+    enqueue(driver)
+    good, bad = claim(driver, "w1", limit=2)
+    with pytest.raises(XError) as caught:
+        driver.ack_many([Ack(good.job.id, good.claim_token, 1), Ack(bad.job.id, bad.claim_token, float("nan"))])
+    assert caught.value.code == "X_JOB_RESULT"
+    assert get(driver, good.job.id).state == "running"

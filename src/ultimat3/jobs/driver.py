@@ -112,6 +112,15 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True)
+class Ack:
+    """One item of :meth:`JobDriver.ack_many`: settle ``job_id`` as ``done`` with ``result``."""
+
+    job_id: str
+    claim_token: str
+    result: Any = None
+
+
+@dataclass(frozen=True)
 class NackRequest:
     """How a failed or suspended attempt is put back.
 
@@ -367,6 +376,13 @@ class JobDriver(Protocol):
 
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` (storing ``result``) if still running under ``claim_token``."""
+        ...
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
+        """:meth:`ack` for several jobs in ONE transaction (one commit), each fenced on its own
+        token exactly as :meth:`ack` is; returns, per item and in order, whether it was settled.
+        Workers batch the acks of attempts that finish together, so a busy worker pays one
+        commit for many jobs instead of one each."""
         ...
 
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check
-from ultimat3.jobs.driver import ClaimedJob, ClaimRequest, JobDriver
+from ultimat3.jobs.driver import Ack, ClaimedJob, ClaimRequest, JobDriver
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.signal import AbortSignal
 
 log = logging.getLogger("ultimat3.worker")
+#: At most this many acks share one commit.
+MAX_ACK_BATCH = 100
 T = TypeVar("T")
 
 
@@ -56,7 +58,8 @@ class Worker:
     runnable (tests, foreground runs). Async handlers run on the loop, sync ones in a thread
     pool of ``concurrency`` threads. A claim lives ``visibility_timeout`` seconds and is renewed
     every ``heartbeat_interval``; a renewal the driver refuses (cancelled, re-claimed) aborts the
-    attempt through its signal. On stop, claiming ends at once, running attempts get
+    attempt through its signal. Acks of attempts that finish together are written in one commit
+    (waiting at most ``ack_delay`` seconds for company). On stop, claiming ends at once, running attempts get
     ``grace_period`` seconds, then are aborted and released without burning an attempt.
     """
 
@@ -75,6 +78,7 @@ class Worker:
         environment: Environment | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
         rand: Callable[[], float] = random.random,
+        ack_delay: float = 0.002,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -83,9 +87,9 @@ class Worker:
             code="X_WORKER_CONCURRENCY",
         )
         check(
-            visibility_timeout > 0 and poll_interval > 0 and grace_period >= 0,
+            visibility_timeout > 0 and poll_interval > 0 and grace_period >= 0 and ack_delay >= 0,
             f"Worker(visibility_timeout={visibility_timeout!r}, poll_interval={poll_interval!r}, "
-            f"grace_period={grace_period!r}) — intervals must be positive",
+            f"grace_period={grace_period!r}, ack_delay={ack_delay!r}) — intervals must be positive",
             "write e.g. visibility_timeout=30, poll_interval=1, grace_period=30",
             code="X_WORKER_CONFIG",
         )
@@ -114,6 +118,9 @@ class Worker:
         self.runner = AttemptRunner(driver, environment=self.environment, handler_pool=self._handler_pool,
                                     rand=rand)
         self._active: dict[str, _Active] = {}
+        self.ack_delay = ack_delay
+        self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -170,7 +177,10 @@ class Worker:
             log.exception("attempt runner failed", extra={"job_id": job.id})
             outcome = Outcome("retry", f"{type(error).__name__}: {error}", delay=1.0)
         try:
-            settled = await self._io(outcome.settle, self.driver, claimed)
+            if outcome.kind == "done":
+                settled = await self._ack(claimed, outcome.result)
+            else:
+                settled = await self._io(outcome.settle, self.driver, claimed)
         except Exception:
             # The database is unreachable: the claim lapses and another worker re-runs the job.
             log.exception("could not settle job", extra={"job_id": job.id})
@@ -187,6 +197,41 @@ class Worker:
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
+
+    async def _ack(self, claimed: ClaimedJob, result: Any) -> bool:
+        """Queue a successful attempt's ack; acks that finish together share one commit.
+
+        The batch is written at once when every running attempt is waiting on its ack (nothing
+        else could join it), else after at most ``ack_delay`` seconds.
+        """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), future))
+        waiting = len(self._acks)
+        if waiting >= len(self._active) or waiting >= MAX_ACK_BATCH:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(self.ack_delay, self._flush_acks)
+        return await future
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        batch, self._acks = self._acks, []
+        if batch:
+            asyncio.ensure_future(self._write_acks(batch))
+
+    async def _write_acks(self, batch: list[tuple[Ack, asyncio.Future[bool]]]) -> None:
+        try:
+            settled = await self._io(self.driver.ack_many, [ack for ack, _ in batch])
+        except Exception as error:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for (_, future), ok in zip(batch, settled, strict=True):
+            if not future.done():
+                future.set_result(ok)
 
     async def _after_dead(self, claimed: ClaimedJob, error: str | None) -> None:
         handle = get_job(claimed.job.name)

@@ -23,6 +23,7 @@ from ultimat3.jobs.driver import (
     FINAL_STATES,
     JOB_STATES,
     LIVE_STATES,
+    Ack,
     BackfillLedger,
     BackfillRun,
     BackfillStatus,
@@ -49,6 +50,7 @@ from ultimat3.jobs.drivers.values import (
     check_step_name,
     fenced_key,
     filter_is_storable,
+    is_storable_text,
     require_text,
     result_text,
     storable,
@@ -604,22 +606,29 @@ class MemoryDriver:
                 claimed.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
             return claimed
 
-    @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
-        stored = json.loads(result_text(result, what=f"result of job {job_id}"))
+        return self.ack_many([Ack(job_id, claim_token, result)])[0]
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
+        """Settle several jobs as ``done`` at once, each fenced on its own token."""
+        stored = [json.loads(result_text(a.result, what=f"result of job {a.job_id}")) for a in acks]
+        settled: list[bool] = []
         with self._store.lock:
-            job = self._store.jobs.get(job_id)
-            if job is None or not job.held_by(claim_token):
-                return False
             now = self.clock.now()
-            self._store.set_state(job, "done")
-            job.result = stored
-            job.finished_at = now
-            job.updated_at = now
-            job.claim_token = None
-            job.visible_at = None
-            return True
+            for item, result in zip(acks, stored, strict=True):
+                job = self._store.jobs.get(item.job_id) if is_storable_text(item.job_id) else None
+                if job is None or not job.held_by(item.claim_token):
+                    settled.append(False)
+                    continue
+                self._store.set_state(job, "done")
+                job.result = result
+                job.finished_at = now
+                job.updated_at = now
+                job.claim_token = None
+                job.visible_at = None
+                settled.append(True)
+        return settled
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

@@ -36,6 +36,7 @@ from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.jobs.driver import (
     JOB_STATES,
+    Ack,
     BackfillRun,
     BackfillStatus,
     ClaimedJob,
@@ -58,6 +59,7 @@ from ultimat3.jobs.drivers.values import (
     check_step_name,
     fenced_key,
     filter_is_storable,
+    is_storable_text,
     require_text,
     result_text,
     storable,
@@ -830,6 +832,22 @@ class PostgresDriver:
         encoded = Jsonb(result_text(result, what=f"result of job {job_id}"), dumps=_as_is)
         params = {"id": job_id, "token": claim_token, "result": encoded, "now": to_datetime(self.clock.now())}
         return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params).rowcount) == 1
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
+        """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
+        if not acks:
+            return []
+        results = [Jsonb(result_text(a.result, what=f"result of job {a.job_id}"), dumps=_as_is) for a in acks]
+        usable = [is_storable_text(a.job_id) and is_storable_text(a.claim_token) for a in acks]
+        params = {
+            "ids": [a.job_id for a, ok in zip(acks, usable, strict=True) if ok],
+            "tokens": [a.claim_token for a, ok in zip(acks, usable, strict=True) if ok],
+            "results": [r for r, ok in zip(results, usable, strict=True) if ok],
+            "now": to_datetime(self.clock.now()),
+        }
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params).fetchall())
+        done = {row[0] for row in rows}
+        return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

@@ -225,6 +225,15 @@ SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(n
     claim_token = NULL, visible_at = NULL
 WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 
+-- name: ack_many --
+-- Many acks, one statement and one commit; each row is fenced on its own token exactly as `ack` is.
+UPDATE x_jobs AS j
+SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
+    claim_token = NULL, visible_at = NULL
+FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, token, result)
+WHERE j.id = v.id AND j.state = 'running' AND j.claim_token = v.token
+RETURNING j.id
+
 -- name: nack --
 -- dead_letter ends the job; a suspension (counts = false) gives the attempt back, floored at 0;
 -- otherwise the job is ready again at run_at. The error is kept only when one is given.

@@ -26,6 +26,7 @@ from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.jobs.driver import (
     JOB_STATES,
+    Ack,
     BackfillLedger,
     BackfillRun,
     BackfillStatus,
@@ -53,6 +54,7 @@ from ultimat3.jobs.drivers.values import (
     check_step_name,
     fenced_key,
     filter_is_storable,
+    is_storable_text,
     require_text,
     storable,
     strict_dumps,
@@ -116,6 +118,12 @@ def _dumps(value: Any, what: str, code: str, hint: str) -> str:
         return strict_dumps(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{what} is not JSON ({type(value).__name__}): {exc}", hint, code=code) from exc
+
+
+def _result_text(job_id: str, result: Any) -> str | None:
+    return None if result is None else _dumps(
+        result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job"
+    )
 
 
 def _loads(text: str | None) -> Any:
@@ -586,13 +594,25 @@ class SqliteDriver:
     @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
-        encoded = (
-            None
-            if result is None
-            else _dumps(result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job")
-        )
+        encoded = _result_text(job_id, result)
         params = {"id": job_id, "claim_token": claim_token, "result": encoded, "now": self._now()}
         return self._execute("ack", params)[1] == 1
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
+        """Settle several jobs as ``done`` in one transaction (one commit), each fenced on its token."""
+        encoded = [_result_text(item.job_id, item.result) for item in acks]
+
+        def run(conn: sqlite3.Connection, now: float) -> list[bool]:
+            settled = []
+            for item, result in zip(acks, encoded, strict=True):
+                if not (is_storable_text(item.job_id) and is_storable_text(item.claim_token)):
+                    settled.append(False)
+                    continue
+                params = {"id": item.job_id, "claim_token": item.claim_token, "result": result, "now": now}
+                settled.append(conn.execute(QUERIES["ack"], params).rowcount == 1)
+            return settled
+
+        return self._write(run) if acks else []
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
