@@ -121,6 +121,7 @@ class Worker:
         self.ack_delay = ack_delay
         self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_writes: set[asyncio.Future[None]] = set()
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -219,7 +220,10 @@ class Worker:
             self._ack_timer = None
         batch, self._acks = self._acks, []
         if batch:
-            asyncio.ensure_future(self._write_acks(batch))
+            # Held until done: the loop keeps only weak references to tasks.
+            task = asyncio.ensure_future(self._write_acks(batch))
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
 
     async def _write_acks(self, batch: list[tuple[Ack, asyncio.Future[bool]]]) -> None:
         try:
