@@ -365,3 +365,45 @@ def test_worker_config_is_validated(memory: MemoryDriver) -> None:
     with pytest.raises(XError) as caught:
         Worker(memory, visibility_timeout=3, heartbeat_interval=5)
     assert caught.value.code == "X_WORKER_CONFIG"
+
+
+def test_acks_of_attempts_finishing_together_share_one_commit(memory: MemoryDriver) -> None:
+    batches: list[int] = []
+    original = memory.ack_many
+
+    def counting_ack_many(acks: Any) -> list[bool]:
+        batches.append(len(acks))
+        return original(acks)
+
+    memory.ack_many = counting_ack_many  # type: ignore[method-assign]
+    gate = asyncio.Event()
+    arrived: list[int] = []
+
+    @job(name="together", tenant="none", input=Item)
+    async def together(input: Item, ctx: Ctx, step: AsyncStep) -> int:
+        arrived.append(input.n)
+        if len(arrived) == 5:
+            gate.set()
+        await gate.wait()
+        return input.n
+
+    together.enqueue_many([{"n": n} for n in range(5)], driver=memory)
+    drain(memory, concurrency=5, ack_delay=1.0)
+    assert sum(batches) == 5 and max(batches) > 1, batches
+    assert sorted(job.result for job in memory.introspect.list()) == [0, 1, 2, 3, 4]
+
+
+def test_a_lone_ack_is_not_held_back(memory: MemoryDriver) -> None:
+    """With nothing else running, the ack is written at once, not after ack_delay."""
+
+    @job(name="alone", tenant="none")
+    async def alone(input: Any, ctx: Ctx, step: AsyncStep) -> str:
+        return "ok"
+
+    alone.enqueue(driver=memory)
+    worker = Worker(memory, environment="test", concurrency=4, ack_delay=30)
+    try:
+        assert asyncio.run(asyncio.wait_for(worker.drain(), 5)) == 1
+    finally:
+        worker.close()
+    assert memory.introspect.list()[0].state == "done"
