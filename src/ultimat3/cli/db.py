@@ -266,6 +266,8 @@ def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, a
 def _human(seconds: float | None) -> str:
     if seconds is None:
         return "?"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
     if seconds < 120:
         return f"{seconds:.0f}s"
     if seconds < 7200:
