@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg import sql
 
+from tests.postgres import postgres_schema
 from ultimat3.cli import cli
 from ultimat3.jobs.backfill_pass import dispose_engines
-
-DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _postgres_schema_url() -> Iterator[str]:
-    admin = os.environ.get("X_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except psycopg.OperationalError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL at {admin} is unreachable: {exc}")
-        pytest.skip(f"PostgreSQL at {admin} is unreachable: {exc}")
-    schema = f"x_cli_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        yield f"{admin}{'&' if '?' in admin else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        dispose_engines()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -49,16 +25,15 @@ def database(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
         yield url
         dispose_engines()
         return
-    generator = _postgres_schema_url()
-    url = next(generator)
-    monkeypatch.setenv("X_DATABASE_URL", url)
-    from tests.cli import cli_app
+    with postgres_schema("x_cli") as url:
+        monkeypatch.setenv("X_DATABASE_URL", url)
+        from tests.cli import cli_app
 
-    cli_app.seed()
-    try:
-        yield url
-    finally:
-        generator.close()
+        cli_app.seed()
+        try:
+            yield url
+        finally:
+            dispose_engines()
 
 
 class X:

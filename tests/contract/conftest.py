@@ -1,75 +1,34 @@
 """One ``driver`` fixture, parametrised over every driver: the whole suite runs against each.
 
 Postgres needs the server at ``X_TEST_DATABASE_URL``; when it is unreachable its tests skip
-locally and fail in CI (``CI=true``). A driver module that does not exist yet skips the same way.
+locally and fail in CI (``CI=true``).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
 
 import pytest
-from psycopg import sql
 
+from tests.postgres import postgres_schema
 from ultimat3.core.clock import ManualClock
 from ultimat3.jobs.driver import JobDriver
+from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.jobs.drivers.postgres.driver import PostgresDriver
+from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver
 
-from .helpers import Backdoor, postgres_test_url
+from .helpers import Backdoor
 
 FIRST_MIGRATE = pytest.StashKey[list[str]]()
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI") == "true"
-
-
-def _unavailable(reason: str) -> NoReturn:
-    # Locally a missing backend is a skip; in CI it must be loud, or the suite proves nothing.
-    if _in_ci():
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _driver_class(module: str, name: str) -> Any:
-    try:
-        loaded = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        # Only the driver module itself being absent is "not built yet"; a broken import inside
-        # an existing driver is an error and surfaces as one.
-        if exc.name != module:
-            raise
-        _unavailable(f"driver not built yet: {module} does not exist")
-    return getattr(loaded, name)
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """The test database URL, checked for reachability once per session, with its own schema.
-
-    The schema keeps the suite's TRUNCATEs away from anything else using the same database
-    (another test session, a benchmark, a developer's worker).
-    """
-    url = postgres_test_url()
-    try:
-        import psycopg
-
-        psycopg.connect(url, connect_timeout=3).close()
-    except Exception as exc:
-        _unavailable(f"PostgreSQL at X_TEST_DATABASE_URL={url} is unreachable: {exc}")
-    schema = f"x_contract_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    separator = "&" if "?" in url else "?"
-    try:
-        yield f"{url}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    """The test database, checked once per session, in a schema of the suite's own: its
+    TRUNCATEs cannot disturb anything else using the same database, nor be disturbed."""
+    with postgres_schema("x_contract") as url:
+        yield url
 
 
 def _reset_postgres(url: str) -> None:
@@ -99,17 +58,14 @@ def driver(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -
     kind: str = request.param
     built: JobDriver
     if kind == "memory":
-        cls = _driver_class("ultimat3.jobs.drivers.memory", "MemoryDriver")
-        built = cls(clock=clock)
+        built = MemoryDriver(clock=clock)
         request.node.stash[FIRST_MIGRATE] = built.migrate()
     elif kind == "sqlite":
-        cls = _driver_class("ultimat3.jobs.drivers.sqlite.driver", "SqliteDriver")
-        built = cls(str(tmp_path / "x.db"), clock=clock)
+        built = SqliteDriver(str(tmp_path / "x.db"), clock=clock)
         request.node.stash[FIRST_MIGRATE] = built.migrate()
     else:
         url = request.getfixturevalue("postgres_url")
-        cls = _driver_class("ultimat3.jobs.drivers.postgres.driver", "PostgresDriver")
-        built = cls(url, clock=clock)
+        built = PostgresDriver(url, clock=clock)
         request.node.stash[FIRST_MIGRATE] = built.migrate()
         _reset_postgres(url)
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import uuid
@@ -20,14 +19,6 @@ from ultimat3.jobs.driver import (
     JobRecord,
     NackRequest,
 )
-
-#: Where the postgres param of the contract suite connects unless X_TEST_DATABASE_URL says otherwise.
-DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def postgres_test_url() -> str:
-    """The contract suite's PostgreSQL URL."""
-    return os.environ.get("X_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
 
 
 def request(name: str = "task", payload: dict[str, Any] | None = None, **fields: Any) -> EnqueueRequest:

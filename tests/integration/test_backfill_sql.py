@@ -6,16 +6,15 @@ failed when ``CI=true``."""
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from tests.postgres import postgres_database
 
 from ultimat3.core import Ctx
 from ultimat3.jobs import (
@@ -31,10 +30,10 @@ from ultimat3.jobs import (
     job,
 )
 from ultimat3.jobs.backfill_pass import dispose_engines, engine_for_url
+from ultimat3.jobs.drivers import create_driver
 from ultimat3.tenancy import scoped, tenanted
 
 ROWS = 10_500
-DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 RETRY_NOW = RetryPolicy(max_attempts=3, base=0, jitter=0)
 
 metadata = sa.MetaData()
@@ -46,44 +45,14 @@ items = tenanted(sa.Table(
 ))
 
 
-def _unavailable(reason: str) -> NoReturn:
-    # Locally a missing backend is a skip; in CI it must fail, or the suite proves nothing.
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _create_driver(url: str) -> JobDriver:
-    try:
-        from ultimat3.jobs.drivers import create_driver
-
-        return create_driver(url)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("ultimat3.jobs.drivers"):
-            _unavailable(f"driver not built yet: {exc.name}")
-        raise
-
-
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh database on the test server, dropped afterwards (no clash with other suites)."""
-    import psycopg
-
-    admin = os.environ.get("X_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except Exception as exc:
-        _unavailable(f"PostgreSQL at X_TEST_DATABASE_URL={admin} is unreachable: {exc}")
-    name = f"x_backfill_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = sa.make_url(admin).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        dispose_engines()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("x_backfill") as url:
+        try:
+            yield url
+        finally:
+            dispose_engines()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -91,7 +60,7 @@ def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobDriver
     sqlite = request.param == "sqlite"
     url = f"sqlite:///{tmp_path / 'x.db'}" if sqlite else str(request.getfixturevalue("postgres_url"))
     with isolated_registry():
-        built = _create_driver(url)
+        built = create_driver(url)
         try:
             yield built
         finally:

@@ -12,80 +12,20 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 import pytest
 
+from tests.postgres import postgres_schema, postgres_test_url, require_postgres, unavailable, with_params
 from ultimat3.jobs.driver import JOB_STATES, JobDriver
+
+__all__ = ["Fleet", "job_counts", "postgres_schema", "postgres_test_url", "require_postgres", "unavailable",
+           "wait_for", "with_params"]
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def postgres_test_url() -> str:
-    """``X_TEST_DATABASE_URL``, or the local test database."""
-    return os.environ.get("X_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Skip locally, fail in CI (``CI=true``): a suite that silently skips its backend proves nothing."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def require_postgres() -> str:
-    """The test database URL, or skip/fail when it is unreachable."""
-    url = postgres_test_url()
-    try:
-        import psycopg
-
-        psycopg.connect(url, connect_timeout=3).close()
-    except Exception as exc:
-        unavailable(f"PostgreSQL at X_TEST_DATABASE_URL={url} is unreachable: {exc}")
-    return url
-
-
-def with_params(url: str, **params: str) -> str:
-    """``url`` with libpq query parameters added (values URL-quoted)."""
-    extra = "&".join(f"{key}={quote(value, safe='')}" for key, value in params.items())
-    return f"{url}{'&' if '?' in url else '?'}{extra}"
-
-
-@contextmanager
-def postgres_schema(prefix: str, *, application_name: str | None = None) -> Iterator[str]:
-    """A fresh schema of the test database, dropped afterwards; yields a URL whose connections use it.
-
-    Every connection opened from the URL (the driver's pool, its LISTEN thread, the app's) has
-    ``search_path`` set to the schema, so other suites truncating the public ``x_`` tables of the
-    same database cannot touch these rows, nor these tests theirs.
-    """
-    import psycopg
-
-    base = require_postgres()
-    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    params = {"options": f"-csearch_path={schema}"}
-    if application_name:
-        params["application_name"] = application_name
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield with_params(base, **params)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            if application_name:
-                conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                    (application_name,),
-                )
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def wait_for(condition: Callable[[], T], *, timeout: float, interval: float = 0.05,

@@ -12,39 +12,21 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import pytest
 import sqlalchemy as sa
 
-from ultimat3.jobs import JobDriver
+from tests.postgres import postgres_database
+from ultimat3.jobs.drivers import create_driver
 
 pytestmark = pytest.mark.process
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
-DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ROWS = 10_000
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _create_driver(url: str) -> JobDriver:
-    try:
-        from ultimat3.jobs.drivers import create_driver
-
-        return create_driver(url)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("ultimat3.jobs.drivers"):
-            _unavailable(f"driver not built yet: {exc.name}")
-        raise
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -52,21 +34,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'x.db'}"
         return
-    import psycopg
-
-    admin = os.environ.get("X_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except Exception as exc:
-        _unavailable(f"PostgreSQL at X_TEST_DATABASE_URL={admin} is unreachable: {exc}")
-    name = f"x_backfill_kill_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield sa.make_url(admin).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("x_backfill_kill") as url:
+        yield url
 
 
 def _env(url: str) -> dict[str, str]:
@@ -104,7 +73,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 def test_a_killed_worker_leaves_a_pass_the_next_one_finishes(url: str, tmp_path: Path) -> None:
-    driver = _create_driver(url)
+    driver = create_driver(url)
     try:
         prepared = _python("import backfill_app; backfill_app.prepare()", url)
         out, _ = prepared.communicate(timeout=60)
