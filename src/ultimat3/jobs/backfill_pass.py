@@ -413,7 +413,8 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: _La
             definition.pacer.wait(signal, step_name)
             statement, key = _page_statement(definition, ctx, cursor, first=index == 0)
             # One short-lived connection per page: nothing stays open across the handler or the wait.
-            with engine().connect() as conn:
+            # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
+            with engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 page = list(conn.execute(statement).all())
             if not page:
                 break
