@@ -521,10 +521,9 @@ class MemoryDriver:
                 "drop connection=..., or use the sqlite or postgres driver to enqueue transactionally",
                 code="X_DRIVER_CONNECTION",
             )
-        for request in requests:
-            check_request(request)
-        # Copy payloads before taking the lock: a non-JSON payload fails before anything is staged.
-        payloads = [_json_copy(request.payload) for request in requests]
+        # Checked (and copied through JSON) before taking the lock: a bad request fails before
+        # anything is staged.
+        payloads = [json.loads(check_request(request)) for request in requests]
         results: list[EnqueueResult] = []
         woken: list[str] = []
         with self._store.lock:

@@ -82,8 +82,11 @@ def result_text(value: Any, *, what: str) -> str:
                      hint="return JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
 
 
-def check_request(request: EnqueueRequest) -> None:
-    """Refuse a request any driver would fail to store, with a coded error naming the field."""
+def check_request(request: EnqueueRequest) -> str:
+    """Refuse a request any driver would fail to store, with a coded error naming the field.
+
+    Returns the payload as JSON text: drivers store that instead of serialising it again.
+    """
     for field in ("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by"):
         value = getattr(request, field)
         if value is None and field not in ("name", "queue"):
@@ -109,7 +112,7 @@ def check_request(request: EnqueueRequest) -> None:
     if not isinstance(request.payload, dict):
         raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
                           "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
-    payload_text(request)
+    return payload_text(request)
 
 
 def storable(text: str) -> str:

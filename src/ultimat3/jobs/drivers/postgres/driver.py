@@ -534,7 +534,7 @@ class _Staged:
     __slots__ = ("id", "params", "request", "run_id")
 
     def __init__(self, request: EnqueueRequest, now: float) -> None:
-        check_request(request)
+        payload = check_request(request)
         run_at = now if request.run_at is None else request.run_at
         self.request = request
         self.id = str(uuid.uuid4())
@@ -544,7 +544,7 @@ class _Staged:
             "run_id": self.run_id,
             "name": request.name,
             "queue": request.queue,
-            "payload": _jsonb(request.payload),
+            "payload": Jsonb(payload, dumps=_as_is),
             "state": "delayed" if run_at > now else "ready",
             "priority": request.priority,
             "max_attempts": request.max_attempts,

@@ -236,13 +236,7 @@ class _PreparedJob:
 
 
 def _prepare(request: EnqueueRequest) -> _PreparedJob:
-    check_request(request)
-    payload = _dumps(
-        request.payload,
-        f'payload of job "{request.name}"',
-        "X_JOB_PAYLOAD",
-        "pass a dict of JSON values (str, int, float, bool, None, lists and dicts of them)",
-    )
+    payload = check_request(request)
     return _PreparedJob(request, str(uuid.uuid4()), str(uuid.uuid4()), payload)
 
 
