@@ -125,3 +125,43 @@ def test_list_is_newest_first(driver: JobDriver, clock: ManualClock) -> None:
     assert [run.run_id for run in driver.backfills.list("fill")] == ["r4", "r3", "r1"]
     assert [run.run_id for run in driver.backfills.list()] == ["r4", "r3", "r2", "r1"]
     assert driver.backfills.list("none") == []
+
+
+def test_cancel_of_a_pass_closes_its_running_ledger_row(driver: JobDriver, clock: ManualClock) -> None:
+    from .helpers import enqueue
+
+    job = enqueue(driver, "fill")
+    driver.backfills.start(job.run_id, "fill", "c", job.id)
+    clock.advance(5)
+    driver.cancel(job.id, "operator stopped it")
+    run = driver.backfills.get(job.run_id)
+    assert run is not None
+    assert (run.status, run.error, run.finished_at) == ("cancelled", "operator stopped it", at(clock.now()))
+
+
+def test_cancel_leaves_a_closed_ledger_row_alone(driver: JobDriver, clock: ManualClock) -> None:
+    from .helpers import enqueue
+
+    job = enqueue(driver, "fill")
+    driver.backfills.start(job.run_id, "fill", "c", job.id)
+    driver.backfills.finish(job.run_id, "failed", "boom")
+    clock.advance(5)
+    driver.cancel(job.id, "too late")
+    run = driver.backfills.get(job.run_id)
+    assert run is not None and (run.status, run.error) == ("failed", "boom")
+
+
+def test_finish_does_not_reopen_or_overwrite_a_cancelled_row(driver: JobDriver) -> None:
+    from .helpers import enqueue
+
+    job = enqueue(driver, "fill")
+    driver.backfills.start(job.run_id, "fill", "c", job.id)
+    driver.cancel(job.id, "stop")
+    # The pass's worker learns of the cancel late and tries to close its row as completed.
+    driver.backfills.finish(job.run_id, "completed")
+    run = driver.backfills.get(job.run_id)
+    assert run is not None and run.status == "cancelled"
+    assert driver.backfills.last_completed("fill") is None
+    # A retry of the run reopens the same row.
+    driver.retry(job.id)
+    assert driver.backfills.start(job.run_id, "fill", "c", job.id).status == "running"

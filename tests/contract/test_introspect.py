@@ -97,3 +97,21 @@ def test_stats_counts_every_state_per_queue(driver: JobDriver, clock: ManualCloc
     assert [s.queue for s in stats] == ["a", "b"]
     assert stats[0].counts == {state: (2 if state == "ready" else 0) for state in JOB_STATES}
     assert stats[1].counts == dict.fromkeys(JOB_STATES, 1)
+
+
+def test_waiting_names_counts_waiting_jobs_per_queue_and_name(driver: JobDriver, clock: ManualClock) -> None:
+    from .helpers import claim_one, enqueue
+
+    enqueue(driver, "a", queue="q1")
+    enqueue(driver, "a", queue="q1")
+    enqueue(driver, "b", queue="q1", run_at=clock.now() + 60)
+    enqueue(driver, "a", queue="q2")
+    running = enqueue(driver, "c", queue="q3")
+    claimed = claim_one(driver, queues=("q3",))
+    assert claimed.job.id == running.id
+    names = driver.introspect.waiting_names()
+    assert [(n.queue, n.name, n.count) for n in names] == [("q1", "a", 2), ("q1", "b", 1), ("q2", "a", 1)]
+
+
+def test_waiting_names_of_an_empty_store_is_empty(driver: JobDriver) -> None:
+    assert driver.introspect.waiting_names() == []

@@ -184,3 +184,54 @@ def test_ack_many_refuses_a_result_it_cannot_store_before_writing(driver: JobDri
         driver.ack_many([Ack(good.job.id, good.claim_token, 1), Ack(bad.job.id, bad.claim_token, float("nan"))])
     assert caught.value.code == "X_JOB_RESULT"
     assert get(driver, good.job.id).state == "running"
+
+
+def test_a_done_job_carries_no_error_from_an_earlier_attempt(driver: JobDriver) -> None:
+    first = enqueue_and_claim(driver)
+    assert driver.nack(first.job.id, first.claim_token, retry_later(error="boom"))
+    second = claim_one(driver, "w2")
+    assert driver.ack(second.job.id, second.claim_token, "ok")
+    job = get(driver, first.job.id)
+    assert job.state == "done" and job.last_error is None
+
+
+def test_a_done_job_from_ack_many_carries_no_stale_error(driver: JobDriver) -> None:
+    from ultimat3.jobs.driver import Ack
+
+    first = enqueue_and_claim(driver)
+    assert driver.nack(first.job.id, first.claim_token, retry_later(error="boom"))
+    second = claim_one(driver, "w2")
+    assert driver.ack_many([Ack(second.job.id, second.claim_token, 1)]) == [True]
+    assert get(driver, first.job.id).last_error is None
+
+
+def test_release_returns_the_job_to_ready_unclaimed_with_its_attempt_back(
+    driver: JobDriver, clock: ManualClock
+) -> None:
+    first = enqueue_and_claim(driver)
+    assert driver.nack(first.job.id, first.claim_token, retry_later(error="boom"))
+    claimed = claim_one(driver, "w2")
+    assert claimed.job.attempt == 2
+    clock.advance(1)
+    released = NackRequest(error="released at shutdown", counts_as_attempt=False, release=True)
+    assert driver.nack(claimed.job.id, claimed.claim_token, released) is True
+
+    job = get(driver, claimed.job.id)
+    assert job.state == "ready"
+    assert job.attempt == 1  # the attempt this claim took is given back
+    assert job.claimed_by is None
+    assert job.visible_at is None and job.finished_at is None
+    assert job.last_error == "boom"  # a release records nothing: the earlier failure stays as it was
+    assert job.run_at == at(clock.now())
+    # Fenced like every nack, and runnable again at once by anyone.
+    assert driver.nack(claimed.job.id, claimed.claim_token, released) is False
+    assert claim_one(driver, "w3").job.attempt == 2
+
+
+def test_release_with_a_delay_holds_the_job_back(driver: JobDriver, clock: ManualClock) -> None:
+    claimed = enqueue_and_claim(driver)
+    request = NackRequest(counts_as_attempt=False, release=True, delay=60)
+    assert driver.nack(claimed.job.id, claimed.claim_token, request)
+    job = get(driver, claimed.job.id)
+    assert job.state == "ready" and job.attempt == 0 and job.run_at == at(clock.now() + 60)
+    assert claim(driver, "w2") == []

@@ -302,8 +302,9 @@ def test_shutdown_releases_unfinished_attempts_without_burning_them(memory: Memo
 
     asyncio.run(main())
     row = memory.introspect.get(result.id)
-    assert row is not None and row.state == "suspended" and row.attempt == 0
-    assert "shutdown" in (row.last_error or "")
+    # A release is a return to ready: no claim, the attempt given back, no error recorded.
+    assert row is not None and row.state == "ready" and row.attempt == 0
+    assert row.claimed_by is None and row.last_error is None
 
 
 def test_run_loop_picks_up_new_jobs_and_stops(memory: MemoryDriver) -> None:

@@ -128,13 +128,26 @@ class NackRequest:
     and its ``attempt`` goes back down by one, never below zero. ``dead_letter`` ends it as
     ``dead``. Otherwise it becomes ``ready`` (with ``run_at`` ``delay`` seconds from now: a
     backoff is a waiting ``ready`` row, ``delayed`` is kept for what was enqueued for later).
-    ``error`` of ``None`` keeps the previous ``last_error``.
+    ``error`` of ``None`` keeps the previous ``last_error``. ``release`` hands the job back
+    untouched (worker shutdown, a name this worker cannot run): ``ready`` at ``now + delay``, its
+    attempt given back (floored at 0), ``claimed_by`` cleared, ``last_error`` unchanged and
+    ``error`` ignored.
     """
 
     error: str | None = None
     delay: float = 0.0
     counts_as_attempt: bool = True
     dead_letter: bool = False
+    release: bool = False
+
+
+@dataclass(frozen=True)
+class WaitingName:
+    """How many jobs of ``name`` wait (ready, delayed or suspended) in ``queue``."""
+
+    queue: str
+    name: str
+    count: int
 
 
 @dataclass(frozen=True)
@@ -219,6 +232,10 @@ class JobIntrospection(Protocol):
         """Counts per state for every queue that holds a job, ordered by queue name."""
         ...
 
+    def waiting_names(self) -> builtins.list[WaitingName]:
+        """Every (queue, name) with jobs waiting to run (ready, delayed, suspended), by queue then name."""
+        ...
+
 
 class StepStore(Protocol):
     """Durable step results, keyed by (run id, step name)."""
@@ -250,7 +267,8 @@ class BackfillLedger(Protocol):
         ...
 
     def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
-        """Close the row as ``completed``, ``failed`` or ``cancelled`` (``finished_at`` = now)."""
+        """Close a ``running`` row as ``completed``, ``failed`` or ``cancelled`` (``finished_at`` =
+        now). A row already closed (a cancel closed it under its pass) is left as it is."""
         ...
 
     def get(self, run_id: str) -> BackfillRun | None:
@@ -375,7 +393,7 @@ class JobDriver(Protocol):
         ...
 
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
-        """Mark ``done`` (storing ``result``) if still running under ``claim_token``."""
+        """Mark ``done`` (storing ``result``, clearing ``last_error``) if still running under ``claim_token``."""
         ...
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
@@ -397,7 +415,9 @@ class JobDriver(Protocol):
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
         """Cancel a job that is not finished; returns the row (unchanged when it was already
         ``done``, ``dead`` or ``cancelled``), or ``None`` for an unknown id. ``reason`` becomes
-        ``last_error``; without one the previous ``last_error`` is kept. The claim is cleared."""
+        ``last_error``; without one the previous ``last_error`` is kept. The claim is cleared. In
+        the same transaction, the run's ``x_backfills`` row, if it is ``running``, is closed as
+        ``cancelled`` with the reason."""
         ...
 
     def retry(self, job_id: str) -> JobRecord | None:

@@ -56,10 +56,12 @@ class Outcome:
             return driver.nack(job_id, token, NackRequest(error=self.error, delay=self.delay))
         if self.kind == "dead":
             return driver.nack(job_id, token, NackRequest(error=self.error, dead_letter=True))
-        if self.kind in ("suspended", "released"):
+        if self.kind == "suspended":
             return driver.nack(
                 job_id, token, NackRequest(error=self.error, delay=self.delay, counts_as_attempt=False)
             )
+        if self.kind == "released":
+            return driver.nack(job_id, token, NackRequest(delay=self.delay, counts_as_attempt=False, release=True))
         return False  # aborted: the row belongs to someone else now
 
 

@@ -43,6 +43,7 @@ from ultimat3.jobs.driver import (
     QueueStats,
     StepRecord,
     StepStore,
+    WaitingName,
     WakeCallback,
 )
 from ultimat3.jobs.drivers.values import (
@@ -246,6 +247,15 @@ class MemoryIntrospection:
                 per_queue[job.state] += 1
             return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
 
+    def waiting_names(self) -> list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        with self._store.lock:
+            counts: dict[tuple[str, str], int] = {}
+            for job in self._store.jobs.values():
+                if job.state in ("ready", "delayed", "suspended"):
+                    counts[(job.queue, job.name)] = counts.get((job.queue, job.name), 0) + 1
+        return [WaitingName(queue, name, n) for (queue, name), n in sorted(counts.items())]
+
     # Defined last: a method named ``list`` would shadow the builtin in later annotations.
     def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
@@ -362,7 +372,7 @@ class MemoryBackfillLedger:
             )
         with self._store.lock:
             row = self._store.backfills.get(run_id)
-            if row is not None:
+            if row is not None and row.status == "running":
                 row.status = status
                 row.error = error
                 row.finished_at = self._store.clock.now()
@@ -626,6 +636,7 @@ class MemoryDriver:
                 job.updated_at = now
                 job.claim_token = None
                 job.visible_at = None
+                job.last_error = None
                 settled.append(True)
         return settled
 
@@ -640,6 +651,11 @@ class MemoryDriver:
             if request.dead_letter:
                 self._store.set_state(job, "dead")
                 job.finished_at = now
+            elif request.release:
+                self._store.set_state(job, "ready")
+                job.run_at = now + request.delay
+                job.attempt = max(0, job.attempt - 1)
+                job.claimed_by = None
             elif not request.counts_as_attempt:
                 self._store.set_state(job, "suspended")
                 job.run_at = now + request.delay
@@ -648,7 +664,7 @@ class MemoryDriver:
             else:
                 self._store.set_state(job, "ready")
                 job.run_at = now + request.delay
-            if request.error is not None:
+            if request.error is not None and not request.release:
                 job.last_error = storable(request.error)
             job.claim_token = None
             job.visible_at = None
@@ -686,6 +702,11 @@ class MemoryDriver:
                 # Dropping the token is what makes the running attempt's next heartbeat fail.
                 job.claim_token = None
                 job.visible_at = None
+                ledger_row = self._store.backfills.get(job.run_id)
+                if ledger_row is not None and ledger_row.status == "running":
+                    ledger_row.status = "cancelled"
+                    ledger_row.error = job.last_error if reason is None else storable(reason)
+                    ledger_row.finished_at = now
             return job.record()
 
     @unknown_key(lambda: None)

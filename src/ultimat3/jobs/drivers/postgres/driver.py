@@ -50,6 +50,7 @@ from ultimat3.jobs.driver import (
     NackRequest,
     QueueStats,
     StepRecord,
+    WaitingName,
     WakeCallback,
 )
 from ultimat3.jobs.drivers.postgres.listener import Listener
@@ -310,6 +311,11 @@ class PostgresIntrospection:
         """One job, or ``None`` when no job has that id."""
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
         return None if row is None else _job(row)
+
+    def waiting_names(self) -> list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_waiting_names"]).fetchall())
+        return [WaitingName(queue, name, count) for queue, name, count in rows]
 
     def stats(self) -> list[QueueStats]:
         """Counts for all seven states of every queue that holds a job, by queue name."""
@@ -858,6 +864,7 @@ class PostgresDriver:
             "token": claim_token,
             "dead": request.dead_letter,
             "counts": request.counts_as_attempt,
+            "release": request.release,
             "run_at": to_datetime(now + request.delay),
             "error": None if request.error is None else storable(request.error),
             "now": to_datetime(now),
@@ -889,6 +896,9 @@ class PostgresDriver:
         def op(conn: Conn, _: bool) -> Row | None:
             cur = _rows(conn)
             row = cur.execute(_Q["cancel"], params).fetchone()
+            if row is not None:
+                cur.execute(_Q["cancel_ledger"], {"run_id": row["run_id"], "reason": row["last_error"],
+                                                   "now": params["now"]})
             return row if row is not None else cur.execute(_Q["job_get"], params).fetchone()
 
         row = self._db.run(op)

@@ -222,27 +222,29 @@ RETURNING picked.ord, j.*
 -- name: ack --
 UPDATE x_jobs
 SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
-    claim_token = NULL, visible_at = NULL
+    claim_token = NULL, visible_at = NULL, last_error = NULL
 WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 
 -- name: ack_many --
 -- Many acks, one statement and one commit; each row is fenced on its own token exactly as `ack` is.
 UPDATE x_jobs AS j
 SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
-    claim_token = NULL, visible_at = NULL
+    claim_token = NULL, visible_at = NULL, last_error = NULL
 FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, token, result)
 WHERE j.id = v.id AND j.state = 'running' AND j.claim_token = v.token
 RETURNING j.id
 
 -- name: nack --
 -- dead_letter ends the job; a suspension (counts = false) gives the attempt back, floored at 0;
+-- a release gives it back too and returns the job to ready with no claim and no new error;
 -- otherwise the job is ready again at run_at. The error is kept only when one is given.
 UPDATE x_jobs
-SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s THEN 'ready' ELSE 'suspended' END,
+SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s OR %(release)s THEN 'ready' ELSE 'suspended' END,
     run_at = CASE WHEN %(dead)s THEN run_at ELSE %(run_at)s END,
     attempt = CASE WHEN %(dead)s OR %(counts)s THEN attempt ELSE greatest(attempt - 1, 0) END,
     finished_at = CASE WHEN %(dead)s THEN %(now)s ELSE NULL END,
-    last_error = coalesce(%(error)s, last_error),
+    last_error = CASE WHEN %(release)s THEN last_error ELSE coalesce(%(error)s, last_error) END,
+    claimed_by = CASE WHEN %(release)s THEN NULL ELSE claimed_by END,
     claim_token = NULL,
     visible_at = NULL,
     updated_at = %(now)s
@@ -264,6 +266,13 @@ SET state = 'cancelled', last_error = coalesce(%(reason)s, last_error), finished
     updated_at = %(now)s, claim_token = NULL, visible_at = NULL
 WHERE id = %(id)s AND state IN ('ready', 'delayed', 'running', 'suspended')
 RETURNING *
+
+-- name: cancel_ledger --
+-- A cancelled run's backfill pass (if it is one) is closed with it, in the same transaction: a
+-- pass that is waiting, or whose worker is gone, would otherwise read `running` forever.
+UPDATE x_backfills
+SET status = 'cancelled', finished_at = %(now)s, error = %(reason)s
+WHERE run_id = %(run_id)s AND status = 'running'
 
 -- name: retry --
 -- Same row, same run_id: the run's recorded steps replay. last_error is kept for the operator.
@@ -322,6 +331,12 @@ LIMIT %(limit)s
 -- name: job_stats --
 SELECT queue, state, count(*) FROM x_jobs GROUP BY queue, state ORDER BY queue
 
+-- name: job_waiting_names --
+-- Which names wait in which queues (a worker warns about the ones it cannot run).
+SELECT queue, name, count(*) FROM x_jobs
+WHERE state IN ('ready', 'delayed', 'suspended')
+GROUP BY queue, name ORDER BY queue, name
+
 -- ----------------------------------------------------------------------------------------------
 -- Steps
 -- ----------------------------------------------------------------------------------------------
@@ -361,8 +376,9 @@ RETURNING *
 UPDATE x_backfills SET batches = %(batches)s, rows = %(rows)s WHERE run_id = %(run_id)s
 
 -- name: backfill_finish --
+-- Only a running pass is closed: a pass cancelled under its worker's feet stays cancelled.
 UPDATE x_backfills SET status = %(status)s, error = %(error)s, finished_at = %(now)s
-WHERE run_id = %(run_id)s
+WHERE run_id = %(run_id)s AND status = 'running'
 
 -- name: backfill_get --
 SELECT * FROM x_backfills WHERE run_id = %(run_id)s

@@ -46,6 +46,7 @@ from ultimat3.jobs.driver import (
     QueueStats,
     StepRecord,
     StepStore,
+    WaitingName,
     WakeCallback,
 )
 from ultimat3.jobs.drivers.sqlite._sql import QUERIES, Migration, load_migrations
@@ -613,6 +614,8 @@ class SqliteDriver:
         """Put the attempt back (``ready``/``suspended``) or dead-letter it, if still claimed."""
         if request.dead_letter:
             query = "nack_dead"
+        elif request.release:
+            query = "nack_release"
         elif not request.counts_as_attempt:
             query = "nack_suspend"
         else:
@@ -621,10 +624,11 @@ class SqliteDriver:
         params = {
             "id": job_id,
             "claim_token": claim_token,
-            "error": None if request.error is None else storable(request.error),
             "run_at": now + request.delay,
             "now": now,
         }
+        if not request.release:
+            params["error"] = None if request.error is None else storable(request.error)
         rows = self._rows(query, params)
         if rows:
             self._notify([rows[0]["queue"]])
@@ -644,6 +648,9 @@ class SqliteDriver:
         def run(conn: sqlite3.Connection, now: float) -> sqlite3.Row | None:
             text = None if reason is None else storable(reason)
             rows = conn.execute(QUERIES["cancel"], {"id": job_id, "reason": text, "now": now}).fetchall()
+            if rows:
+                conn.execute(QUERIES["cancel_ledger"],
+                             {"run_id": rows[0]["run_id"], "reason": rows[0]["last_error"], "now": now})
             row: sqlite3.Row | None = rows[0] if rows else conn.execute(QUERIES["job_get"], {"id": job_id}).fetchone()
             return row
 
@@ -737,6 +744,10 @@ class SqliteIntrospection:
         """One job, or ``None`` when no job has that id."""
         rows = self._driver._rows("job_get", {"id": job_id})
         return _job_record(rows[0]) if rows else None
+
+    def waiting_names(self) -> builtins.list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        return [WaitingName(row["queue"], row["name"], row["n"]) for row in self._driver._rows("jobs_waiting_names")]
 
     def stats(self) -> builtins.list[QueueStats]:
         """Counts in every state (zeros included) per queue that holds a job, by queue name."""

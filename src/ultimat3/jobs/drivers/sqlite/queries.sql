@@ -99,9 +99,10 @@ WHERE id IN (
 RETURNING *;
 
 -- name: ack
+-- A finished job carries no error from an earlier attempt: last_error describes a failure, not history.
 UPDATE x_jobs
 SET state = 'done', result = :result, finished_at = :now, updated_at = :now,
-    claim_token = NULL, visible_at = NULL
+    claim_token = NULL, visible_at = NULL, last_error = NULL
 WHERE id = :id AND state = 'running' AND claim_token = :claim_token;
 
 -- name: nack_dead
@@ -116,6 +117,15 @@ RETURNING queue;
 UPDATE x_jobs
 SET state = 'suspended', run_at = :run_at, attempt = max(attempt - 1, 0),
     last_error = coalesce(:error, last_error), updated_at = :now, claim_token = NULL, visible_at = NULL
+WHERE id = :id AND state = 'running' AND claim_token = :claim_token
+RETURNING queue;
+
+-- name: nack_release
+-- A release (worker shutdown, a job this worker cannot run) hands the job back untouched: ready,
+-- its attempt given back, no claim and no new error, so nothing about it reads as a failure.
+UPDATE x_jobs
+SET state = 'ready', run_at = :run_at, attempt = max(attempt - 1, 0), updated_at = :now,
+    claim_token = NULL, claimed_by = NULL, visible_at = NULL
 WHERE id = :id AND state = 'running' AND claim_token = :claim_token
 RETURNING queue;
 
@@ -138,6 +148,13 @@ SET state = 'cancelled', last_error = coalesce(:reason, last_error), finished_at
     claim_token = NULL, visible_at = NULL
 WHERE id = :id AND state IN ('ready', 'delayed', 'running', 'suspended')
 RETURNING *;
+
+-- name: cancel_ledger
+-- A cancelled run's backfill pass (if it is one) is closed with it, in the same transaction: a
+-- pass that is waiting, or whose worker is gone, would otherwise read `running` forever.
+UPDATE x_backfills
+SET status = 'cancelled', finished_at = :now, error = :reason
+WHERE run_id = :run_id AND status = 'running';
 
 -- name: retry
 -- Same run_id: the retried run replays its recorded steps; last_error is kept for the operator. May violate the live-key index when
@@ -174,6 +191,12 @@ LIMIT :limit;
 -- name: jobs_stats
 SELECT queue, state, count(*) AS n FROM x_jobs GROUP BY queue, state ORDER BY queue;
 
+-- name: jobs_waiting_names
+-- Which names wait in which queues (a worker warns about the ones it cannot run).
+SELECT queue, name, count(*) AS n FROM x_jobs
+WHERE state IN ('ready', 'delayed', 'suspended')
+GROUP BY queue, name ORDER BY queue, name;
+
 -- name: step_load
 SELECT run_id, name, result, created_at FROM x_job_steps WHERE run_id = :run_id;
 
@@ -201,7 +224,9 @@ RETURNING *;
 UPDATE x_backfills SET batches = :batches, "rows" = :rows WHERE run_id = :run_id;
 
 -- name: backfill_finish
-UPDATE x_backfills SET status = :status, error = :error, finished_at = :now WHERE run_id = :run_id;
+-- Only a running pass is closed: a pass cancelled under its worker's feet stays cancelled.
+UPDATE x_backfills SET status = :status, error = :error, finished_at = :now
+WHERE run_id = :run_id AND status = 'running';
 
 -- name: backfill_get
 SELECT * FROM x_backfills WHERE run_id = :run_id;
