@@ -5,7 +5,7 @@
     python bench/backfill_bench.py pacer       --url postgresql://.../bench_bf_pacer --rate 50 --batches 100
     python bench/backfill_bench.py pacer-only  --rate 500 --batches 500
 
-``sweep``: ``backfill(name=..., tenant='none', source=lambda ctx: select(bench_rows.c.id),
+``sweep``: ``backfill(engine="job-store", name=..., tenant='none', source=lambda ctx: select(bench_rows.c.id),
 handle=<UPDATE bench_rows SET v = v + 1 WHERE id = ANY(page ids)>, batch=1000, rate=<high>)``
 run with ``run_backfill(handle, driver=...)`` (enqueue, then a concurrency-1 worker in this
 process), i.e. the whole product path: claim, ledger, a durable step per batch, the pacer.
@@ -117,7 +117,7 @@ def _declare(args, stamps: list[float] | None):
             args.url.replace("postgresql://", "postgresql+psycopg://", 1),
             pool_pre_ping=False, isolation_level="AUTOCOMMIT",
         )
-    return backfill(
+    return backfill(engine="job-store",
         name=f"bench.{args.op}",
         tenant="none",
         source=lambda ctx: select(bench_rows.c.id),

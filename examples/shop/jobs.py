@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import func, select, update
 
+from shop.db import engine
 from shop.tables import customers
 from ultimat3.core import Ctx
 from ultimat3.jobs import AsyncStep, RetryPolicy, SyncStep, job
@@ -48,8 +49,6 @@ def _customers(ctx: Ctx) -> Any:
 
 
 def _lower_emails(batch: Batch) -> None:
-    from shop.db import engine
-
     with engine().begin() as conn:
         for row in batch.rows:
             clean = row.email.strip().lower()
@@ -58,8 +57,6 @@ def _lower_emails(batch: Batch) -> None:
 
 
 def _messy_count(ctx: Ctx) -> int:
-    from shop.db import engine
-
     predicate = (customers.c.email != func.lower(func.trim(customers.c.email)))
     with engine().connect() as conn:
         return int(conn.execute(select(func.count()).select_from(customers).where(predicate)).scalar_one())
@@ -75,14 +72,13 @@ normalize_emails = backfill(
     ),
     handle=_lower_emails,
     count=_messy_count,
+    engine=engine,  # the app's database, named: a backfill never guesses where its tables live
     batch=500,
     rate=10,
 )
 
 
 def _mark_loyal(batch: Batch) -> None:
-    from shop.db import engine
-
     ids = [row.id for row in batch.rows]
     with engine().begin() as conn:
         conn.execute(update(customers).where(customers.c.id.in_(ids)).values(loyal=True))
@@ -94,6 +90,7 @@ acme_loyalty = backfill(
     tenant=lambda _input: "acme",
     source=lambda ctx: select(customers.c.id).where(customers.c.orders >= 5),
     handle=_mark_loyal,
+    engine=engine,
     batch=1000,
     rate=20,
 )

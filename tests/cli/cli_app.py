@@ -56,7 +56,7 @@ def _lower_count(ctx: Ctx) -> int:
         return int(conn.execute(stmt).scalar_one())
 
 
-shout = backfill(
+shout = backfill(engine="job-store",
     name="cli.shout",
     tenant="none",
     source=lambda ctx: select(widgets.c.id).where(widgets.c.label != func.upper(widgets.c.label)),
@@ -66,7 +66,7 @@ shout = backfill(
     rate=1000,
 )
 
-staging_only = backfill(
+staging_only = backfill(engine="job-store",
     name="cli.staging_only",
     tenant="none",
     source=lambda ctx: select(widgets.c.id),
@@ -75,7 +75,7 @@ staging_only = backfill(
     rate=1000,
 )
 
-needs_migration = backfill(
+needs_migration = backfill(engine="job-store",
     name="cli.needs_migration",
     tenant="none",
     source=lambda ctx: select(widgets.c.id),

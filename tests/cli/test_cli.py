@@ -85,8 +85,9 @@ def test_cancel_then_retry(x: X, database: str) -> None:
     cancelled = as_json(x("jobs", "cancel", job_id, "--json", "--reason", "ops"))
     assert cancelled["changed"] and cancelled["job"]["state"] == "cancelled"
     assert cancelled["job"]["last_error"] == "ops"
-    again = as_json(x("jobs", "cancel", job_id, "--json"))
-    assert not again["changed"]
+    # A finished job cannot be cancelled: exit 2, coded, like retry of a live job.
+    again = x("jobs", "cancel", job_id, "--json")
+    assert again.exit_code == 2 and "X_JOB_NOT_CANCELLABLE" in again.stderr and again.stdout == ""
     retried = as_json(x("jobs", "retry", job_id, "--json"))
     assert retried["changed"] and retried["job"]["state"] == "ready"
     refused = x("jobs", "retry", job_id)

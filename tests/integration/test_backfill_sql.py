@@ -108,6 +108,7 @@ class Sweep:
             "count": lambda ctx: sa.select(items.c.id).where(items.c.done.is_(False)),
             "rate": 500,
             "retry": RETRY_NOW,
+            "engine": "job-store",
         }
         spec.update(fields)
         return backfill(**spec)

@@ -44,7 +44,7 @@ def handle(batch: Batch) -> None:
     time.sleep(0.1)
 
 
-sweep = backfill(
+sweep = backfill(engine="job-store",
     name=NAME,
     tenant="none",
     source=lambda ctx: sa.select(kill_items),

@@ -245,7 +245,7 @@ def declare() -> dict[str, JobHandle[Any]]:
     """Declare the app's jobs and its backfill in the current registry; returns them by name."""
     effect = job(name="chaos.effect", tenant="none", input=Effect, retry=CHAOS_RETRY)(_effect)
     block = job(name="chaos.block", tenant="none", input=Block, retry=CHAOS_RETRY)(_block)
-    sweep = backfill(name="chaos.sweep", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
+    sweep = backfill(engine="job-store", name="chaos.sweep", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
                      handle=_sweep_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
     return {effect.name: effect, block.name: block, sweep.name: sweep}
 

@@ -82,8 +82,9 @@ def test_job_declarations_are_accepted_or_refused_coded(name: str, queue: str, t
 def test_backfill_declarations_are_accepted_or_refused_coded(name: str, batch: Any, rate: Any, timeout: Any) -> None:
     with isolated_registry():
         try:
-            handle = backfill(name=name, tenant="none", source=lambda ctx: sa.select(items), handle=lambda b: None,
-                              batch=batch, rate=rate, timeout=timeout)
+            handle = backfill(
+                engine="job-store", name=name, tenant="none", source=lambda ctx: sa.select(items),
+                handle=lambda b: None, batch=batch, rate=rate, timeout=timeout)
         except Exception as error:
             assert_coded(error)
             assert registered_jobs() == [], "a refused backfill was registered"

@@ -46,7 +46,8 @@ def handle(batch: Batch) -> None:
 
 
 def declare(**overrides: Any) -> JobHandle[BackfillInput]:
-    fields: dict[str, Any] = {"name": "posts.fill_slug", "tenant": "none", "source": source, "handle": handle}
+    fields: dict[str, Any] = {"name": "posts.fill_slug", "tenant": "none", "source": source, "handle": handle,
+                              "engine": "job-store"}
     fields.update(overrides)
     return backfill(**fields)
 
@@ -91,7 +92,7 @@ def test_name_is_required() -> None:
 
 def test_tenant_is_required() -> None:
     with pytest.raises(XError) as caught:
-        backfill(name="posts.fill_slug", source=source, handle=handle)  # type: ignore[call-arg]
+        backfill(engine="job-store", name="posts.fill_slug", source=source, handle=handle)  # type: ignore[call-arg]
     assert caught.value.code == "X_BACKFILL_TENANT" and "posts.fill_slug" in caught.value.message
     refused("X_BACKFILL_TENANT", tenant="everyone")
 
@@ -112,6 +113,7 @@ def test_other_fields_are_checked_where_written() -> None:
     refused("X_BACKFILL_REQUIRES", requires=7)
     refused("X_BACKFILL_COUNT", count=3)
     refused("X_BACKFILL_ENGINE", engine="sqlite:///x.db")
+    refused("X_BACKFILL_ENGINE", engine=None)
     refused("X_BACKFILL_KEY", key=3)
     refused("X_JOB_QUEUE", queue="has space")
     refused("X_DURATION", timeout=-1)
@@ -183,9 +185,12 @@ def test_checksum_covers_source_and_handle_but_not_rate_or_batch() -> None:
 
 
 def test_lambdas_are_hashed_alone_not_with_their_line() -> None:
-    a = backfill(name="a", tenant="none", source=lambda ctx: sa.select(posts), handle=lambda b: None, rate=5)
-    b = backfill(name="b", tenant="none", source=lambda ctx: sa.select(posts), handle=lambda b: None, rate=9)
-    c = backfill(name="c", tenant="none", source=lambda ctx: sa.select(posts.c.id), handle=lambda b: None)
+    a = backfill(
+        engine="job-store", name="a", tenant="none", source=lambda ctx: sa.select(posts), handle=lambda b: None, rate=5)
+    b = backfill(
+        engine="job-store", name="b", tenant="none", source=lambda ctx: sa.select(posts), handle=lambda b: None, rate=9)
+    c = backfill(
+        engine="job-store", name="c", tenant="none", source=lambda ctx: sa.select(posts.c.id), handle=lambda b: None)
     checksums = [backfill_origin(h).checksum for h in (a, b, c)]  # type: ignore[union-attr]
     assert checksums[0] == checksums[1] != checksums[2]
     pair = (lambda x: x + 1, lambda x: x + 2)
@@ -245,10 +250,12 @@ def source(ctx):
 def handle(batch):
     return None
 
-fill = backfill(name="t.fill", tenant="none", source=source, handle=handle,
+fill = backfill(engine="job-store", name="t.fill", tenant="none", source=source, handle=handle,
                 rate=RATE, batch=BATCH)
-lam = backfill(name="t.lam", tenant="none", source=lambda ctx: sa.select(t).where(t.c.id > {{"a", "b"}}.__len__()),
-               handle=lambda batch: None, rate=RATE)
+lam = backfill(
+    engine="job-store", name="t.lam", tenant="none",
+    source=lambda ctx: sa.select(t).where(t.c.id > {{"a", "b"}}.__len__()),
+    handle=lambda batch: None, rate=RATE)
 """
 
 PRINT = (
@@ -274,3 +281,13 @@ def test_checksums_are_stable_across_processes(tmp_path: Path) -> None:
     first = _checksums_in_subprocess(tmp_path, "5", "1000", "1")
     retuned = _checksums_in_subprocess(tmp_path, "50", "10", "2")
     assert first == retuned
+
+
+def test_engine_is_required_and_never_guessed() -> None:
+    fields: dict[str, Any] = {"name": "posts.fill_slug", "tenant": "none", "source": source, "handle": handle}
+    with pytest.raises(XError) as caught:
+        backfill(**fields)
+    error = caught.value
+    assert error.code == "X_BACKFILL_ENGINE"
+    assert "posts.fill_slug" in error.message and "engine=" in error.hint and "job-store" in error.hint
+    assert registered_jobs() == []

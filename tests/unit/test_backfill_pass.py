@@ -334,7 +334,8 @@ def test_dry_run_counts_and_writes_nothing(memory: MemoryDriver, sweep: Sweep) -
     plan = dry_run(declared, memory, "test")
     assert (plan.rows, plan.batches, plan.seconds) == (25, 3, 1.5)
     assert memory.introspect.list() == [] and memory.backfills.list() == []
-    assert sweep.pages == 0
+    # The source is built once, to check its tables exist in the engine; no page is read or handled.
+    assert sweep.pages == 1 and sweep.handled == []
     uncounted = sweep.declare(name="uncounted")
     assert dry_run(uncounted, memory, "test").rows is None
 
@@ -445,7 +446,7 @@ def test_the_key_is_inferred_or_declared(memory: MemoryDriver, sweep: Sweep) -> 
 
 
 def test_the_memory_driver_has_no_database_to_default_to(memory: MemoryDriver, sweep: Sweep) -> None:
-    queued = sweep.declare(engine=None).enqueue(driver=memory)
+    queued = sweep.declare(engine="job-store").enqueue(driver=memory)
     drain(memory)
     job = row(memory, queued.id)
     assert job.state == "dead" and "X_BACKFILL_ENGINE" in job.last_error

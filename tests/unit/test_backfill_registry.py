@@ -27,7 +27,8 @@ items = sa.Table("items", sa.MetaData(), sa.Column("id", sa.Integer, primary_key
 
 
 def declare(name: str, **fields: Any) -> Any:
-    return backfill(name=name, tenant="none", source=lambda ctx: sa.select(items), handle=lambda b: None,
+    return backfill(
+        engine="job-store", name=name, tenant="none", source=lambda ctx: sa.select(items), handle=lambda b: None,
                     **fields)
 
 

@@ -12,6 +12,7 @@ from ultimat3.core import Actor, Ctx, ManualClock, XError, use_ctx
 from ultimat3.core.context import CROSS_TENANT_SCOPE
 from ultimat3.jobs import JobDuplicateError, JobFilter, RetryPolicy, get_job, job, registered_jobs
 from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.tenancy import granted
 
 
 class Invoice(BaseModel):
@@ -130,8 +131,12 @@ def test_enqueue_for_another_org_is_refused(memory: MemoryDriver) -> None:
         handle.enqueue({"org_id": "o2", "invoice_id": 1, "email": "a@b"}, driver=memory)
     assert caught.value.code == "X_TENANCY_MISMATCH"
     assert memory.introspect.list() == []
-    cross = Actor(id="ops", org_id="o1", scopes=frozenset({CROSS_TENANT_SCOPE}))
-    with use_ctx(Ctx(actor=cross)):
+    # A scope string carried on a frozen actor is not a grant: only a live grant counts.
+    carried = Actor(id="ops", org_id="o1", scopes=frozenset({CROSS_TENANT_SCOPE}))
+    with use_ctx(Ctx(actor=carried)), pytest.raises(XError) as caught:
+        handle.enqueue({"org_id": "o2", "invoice_id": 1, "email": "a@b"}, driver=memory)
+    assert caught.value.code == "X_TENANCY_MISMATCH"
+    with use_ctx(Ctx(actor=Actor(id="ops", org_id="o1"))) as ctx, granted(ctx, CROSS_TENANT_SCOPE, "test"):
         handle.enqueue({"org_id": "o2", "invoice_id": 1, "email": "a@b"}, driver=memory)
     assert len(memory.introspect.list()) == 1
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ultimat3.core import CROSS_TENANT_SCOPE, Actor, Ctx, ManualClock, XError, current_ctx, use_ctx
+from ultimat3.core import CROSS_TENANT_SCOPE, Actor, Ctx, Grant, ManualClock, XError, current_ctx, use_ctx
 from ultimat3.jobs import (
     AbortSignal,
     BackfillInput,
@@ -45,7 +45,7 @@ countries = sa.Table("countries", metadata, sa.Column("id", sa.Integer, primary_
 
 ORG_A = Ctx(actor=Actor(id="user:1", org_id="org-a"))
 NOBODY = Ctx(actor=Actor(id="user:2"))
-CROSS = Ctx(actor=Actor(id="sweeper", scopes=frozenset({CROSS_TENANT_SCOPE})))
+CROSS = Ctx(actor=Actor(id="sweeper"), grants=(Grant(CROSS_TENANT_SCOPE, "tests of the guard"),))
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def sweep(name: str, tenant: Any, engine: Engine, seen: list[Any], clock: Manual
         ambient = current_ctx()
         seen.append((
             [row.org_id for row in batch.rows],
-            CROSS_TENANT_SCOPE in ambient.actor.scopes,
+            ambient.holds(CROSS_TENANT_SCOPE),
             ambient.cross_tenant_reason,
             batch.ctx.actor.org_id,
         ))
@@ -224,7 +224,7 @@ def test_the_capability_dies_with_the_pass(memory: MemoryDriver, engine: Engine,
         report = run_pass(origin, BackfillInput(), ctx, SyncStep(memory, claimed, AbortSignal("x"), clock))
         after = current_ctx()
     assert report.rows == 20 and seen and all(cross for _, cross, _r, _o in seen)
-    assert after is ctx and CROSS_TENANT_SCOPE not in after.actor.scopes and after.cross_tenant_reason is None
-    assert CROSS_TENANT_SCOPE not in current_ctx().actor.scopes
+    assert after is ctx and not after.holds(CROSS_TENANT_SCOPE) and after.cross_tenant_reason is None
+    assert not current_ctx().holds(CROSS_TENANT_SCOPE)
     with pytest.raises(XError):
         scoped(sa.select(notes), after)

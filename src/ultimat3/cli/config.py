@@ -16,7 +16,9 @@ import psycopg
 from ultimat3.core.context import Environment, parse_environment
 from ultimat3.core.errors import XError
 from ultimat3.jobs.driver import JobDriver
-from ultimat3.jobs.drivers import create_driver, database_url
+from ultimat3.jobs.drivers import create_driver, database_url, redact_urls
+
+__all__ = ["Config", "database_errors", "import_apps", "redact", "redact_urls"]
 
 T = TypeVar("T")
 
@@ -52,22 +54,24 @@ def database_errors(url: str) -> Iterator[None]:
         yield
     except (psycopg.OperationalError, sqlite3.OperationalError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if isinstance(error, sqlite3.OperationalError) and "readonly" in first.lower():
+            raise XError(
+                f"the SQLite job store at {redact(url)} is read-only for this process: {first}",
+                "make the file, its -wal/-shm files and its directory writable by this user, or point "
+                "X_DATABASE_URL at a writable file",
+                code="X_DATABASE_READONLY",
+            ) from error
         raise XError(
             f"the database at {redact(url)} is unreachable: {first}",
-            "check X_DATABASE_URL (or --database-url) and that the server is running",
+            "check X_DATABASE_URL (or --database-url), that the server is running (PostgreSQL) or that "
+            "the file's directory exists and is writable (SQLite)",
             code="X_DATABASE_UNREACHABLE",
         ) from error
 
 
 def redact(url: str) -> str:
     """The URL with any password replaced by ``***``."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    if ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}://{creds}@{host}"
+    return redact_urls(url)
 
 
 @dataclass
@@ -77,17 +81,18 @@ class Config:
     apps: tuple[str, ...]
     url: str
     environment: Environment
+    verbose: bool = False
     _driver: JobDriver | None = field(default=None, repr=False)
     _imported: bool = False
 
     @classmethod
-    def resolve(cls, apps: tuple[str, ...], url: str | None, env: str | None) -> Config:
+    def resolve(cls, apps: tuple[str, ...], url: str | None, env: str | None, *, verbose: bool = False) -> Config:
         """From flags, then ``X_APP`` / ``X_DATABASE_URL`` / ``X_ENV``, then defaults."""
         if not apps and os.environ.get("X_APP"):
             apps = tuple(part for part in os.environ["X_APP"].split(",") if part)
         environment = parse_environment(env or os.environ.get("X_ENV") or "development",
                                         source="--env" if env else "X_ENV")
-        return cls(apps=apps, url=url or database_url(), environment=environment)
+        return cls(apps=apps, url=url or database_url(), environment=environment, verbose=verbose)
 
     def load_apps(self) -> None:
         """Import the app modules once."""

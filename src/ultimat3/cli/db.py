@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from ultimat3.cli.config import Config
 from ultimat3.cli.main import cli
-from ultimat3.cli.render import console, emit_json, run_json, short_time
+from ultimat3.cli.render import cell, console, emit_json, run_json, say, short_time
 from ultimat3.core.errors import XError
+from ultimat3.jobs.backfill_gate import PendingBackfill, backfill_status, hold_reason, pending_backfills
 from ultimat3.jobs.duration import parse_duration
 
 
@@ -32,9 +32,9 @@ def migrate(config: Config, as_json: bool) -> None:
         return
     if applied:
         for migration_id in applied:
-            console.print(f"applied {migration_id}")
+            say(f"applied {migration_id}")
     else:
-        console.print(f"up to date ({len(every)} migrations applied)")
+        say(f"up to date ({len(every)} migrations applied)")
 
 
 @db_group.command("prune")
@@ -48,54 +48,14 @@ def prune(config: Config, older_than: str, as_json: bool) -> None:
     if as_json:
         emit_json({"deleted": deleted})
         return
-    console.print(f"deleted {deleted} finished job(s) older than {older_than}")
+    say(f"deleted {deleted} finished job(s) older than {older_than}")
 
 
 # -- backfills ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PendingBackfill:
-    """A declared backfill with no completed pass under its current checksum."""
-
-    declaration: dict[str, Any]
-    reason: str  # "never-run" | "checksum-changed"
-    last: Any
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``--pending --json`` shape of one entry."""
-        return {**self.declaration, "reason": self.reason, "last_completed": run_json(self.last)}
-
-
-def pending_backfills(config: Config) -> list[PendingBackfill]:
-    """Declared and not completed, or completed under another checksum."""
-    from ultimat3.jobs.backfill_registry import registered_backfills
-
-    driver = config.driver()
-    pending = []
-    for declaration in registered_backfills():
-        last = config.call(driver.backfills.last_completed, declaration["name"])
-        if last is None:
-            pending.append(PendingBackfill(declaration, "never-run", None))
-        elif last.checksum != declaration["checksum"]:
-            pending.append(PendingBackfill(declaration, "checksum-changed", last))
-    return pending
-
-
-def hold_reason(config: Config, declaration: dict[str, Any]) -> XError | None:
-    """Why a backfill may not be enqueued here and now (environment, requires), or ``None``."""
-    from ultimat3.jobs.migrations import requirement_error
-
-    environments = declaration["environments"]
-    if environments is not None and config.environment not in environments:
-        return XError(
-            f'backfill "{declaration["name"]}" runs in {", ".join(environments)}, not in {config.environment}',
-            "set X_ENV to one of those, or add this environment to its environments=",
-            code="X_BACKFILL_ENVIRONMENT",
-        )
-    if declaration["requires"] is not None:
-        return requirement_error(config.driver(), declaration["name"], declaration["requires"])
-    return None
+def _pending_json(item: PendingBackfill) -> dict[str, Any]:
+    return {**item.declaration, "reason": item.reason, "last_completed": run_json(item.last)}
 
 
 def _pending_table(pending: list[PendingBackfill]) -> None:
@@ -107,8 +67,8 @@ def _pending_table(pending: list[PendingBackfill]) -> None:
     for item in pending:
         d = item.declaration
         last = "" if item.last is None else f"{short_time(item.last.finished_at)} ({item.last.checksum})"
-        table.add_row(d["name"], item.reason, d["checksum"], last, d["requires"] or "",
-                      ", ".join(d["environments"] or []) or "every")
+        table.add_row(cell(d["name"]), item.reason, cell(d["checksum"]), cell(last), cell(d["requires"] or ""),
+                      cell(", ".join(d["environments"] or []) or "every"))
     console.print(table)
 
 
@@ -117,6 +77,8 @@ def _pending_table(pending: list[PendingBackfill]) -> None:
 @click.option("--pending", "show_pending", is_flag=True,
               help="List declared backfills not completed under their current checksum.")
 @click.option("--check", is_flag=True, help="Exit 1 when any backfill is pending (a deploy gate).")
+@click.option("--allow-none", is_flag=True,
+              help="With --pending/--check/--enqueue-pending: the app declares no backfill, and that is fine.")
 @click.option("--enqueue-pending", is_flag=True,
               help="Enqueue every pending backfill whose requires is applied and whose environments include X_ENV.")
 @click.option("--dry-run", is_flag=True, help="With NAME: say how many rows, batches and seconds; write nothing.")
@@ -124,8 +86,8 @@ def _pending_table(pending: list[PendingBackfill]) -> None:
 @click.option("--wait", is_flag=True, help="With NAME: run the pass here in the foreground with a progress bar.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def backfill_command(config: Config, name: str | None, show_pending: bool, check: bool, enqueue_pending: bool,
-                     dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
+def backfill_command(config: Config, name: str | None, show_pending: bool, check: bool, allow_none: bool,
+                     enqueue_pending: bool, dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
     """Run, gate and inspect backfills. Without NAME or a flag: list every declared backfill."""
     config.load_apps()
     modes = sum([show_pending, check, enqueue_pending, name is not None])
@@ -136,21 +98,20 @@ def backfill_command(config: Config, name: str | None, show_pending: bool, check
         raise XError("--dry-run, --force and --wait act on one backfill and need its NAME",
                      "write `x db backfill NAME --wait`", code="X_CLI_USAGE")
     if show_pending or check:
-        pending = pending_backfills(config)
+        pending = config.call(pending_backfills, config.driver(), allow_none=allow_none)
         if as_json:
-            emit_json([p.to_json() for p in pending])
+            emit_json([_pending_json(p) for p in pending])
         elif pending:
             _pending_table(pending)
         else:
-            console.print("no pending backfills")
+            say("no pending backfills")
         if check and pending:
             if not as_json:
-                console.print(f"[red]{len(pending)} backfill(s) pending[/]: "
-                              + ", ".join(p.declaration["name"] for p in pending))
+                say(f"{len(pending)} backfill(s) pending: " + ", ".join(p.name for p in pending), style="red")
             raise click.exceptions.Exit(1)
         return
     if enqueue_pending:
-        _enqueue_pending(config, as_json)
+        _enqueue_pending(config, as_json, allow_none=allow_none)
         return
     if name is not None:
         _one(config, name, dry_run=dry_run, force=force, wait=wait, as_json=as_json)
@@ -161,24 +122,32 @@ def backfill_command(config: Config, name: str | None, show_pending: bool, check
 def _list_all(config: Config, as_json: bool) -> None:
     from rich.table import Table
 
-    from ultimat3.jobs.backfill_registry import registered_backfills
-
-    driver = config.driver()
-    rows = []
-    for declaration in registered_backfills():
-        runs = config.call(driver.backfills.list, declaration["name"])
-        rows.append({**declaration, "runs": [run_json(r) for r in runs]})
+    rows = config.call(backfill_status, config.driver())
     if as_json:
-        emit_json(rows)
+        emit_json([{**row.declaration, "pending": row.pending, "deciding_run": run_json(row.deciding),
+                    "latest_run": run_json(row.latest),
+                    "runs": [run_json(r) for r in config.call(config.driver().backfills.list, row.declaration["name"])]}
+                   for row in rows])
+        return
+    if not rows:
+        say("no backfills are declared (pass --app with the module that declares them)")
         return
     table = Table(header_style="bold", title="backfills")
-    for column in ("name", "checksum", "last pass", "status", "batches", "rows", "finished"):
-        table.add_column(column)
+    for column in ("name", "checksum", "gate", "deciding pass (last completed)", "latest pass"):
+        table.add_column(column, overflow="fold")
     for row in rows:
-        last = row["runs"][0] if row["runs"] else None
-        table.add_row(row["name"], row["checksum"], last["run_id"] if last else "never run",
-                      last["status"] if last else "", str(last["batches"]) if last else "",
-                      str(last["rows"]) if last else "", (last["finished_at"] or "") if last else "")
+        gate = cell("done", "green") if row.pending is None else cell(f"pending: {row.pending}", "yellow")
+        deciding = "never completed" if row.deciding is None else (
+            f"{row.deciding.run_id} · {row.deciding.batches} batches · {row.deciding.rows} rows · "
+            f"{short_time(row.deciding.finished_at)}")
+        latest = ""
+        if row.latest is not None and (row.deciding is None or row.latest.run_id != row.deciding.run_id):
+            latest = (f"{row.latest.run_id} · {row.latest.status} · {row.latest.batches} batches · "
+                      f"{row.latest.rows} rows")
+        elif row.latest is not None:
+            latest = "(the same pass)"
+        table.add_row(cell(row.declaration["name"]), cell(row.declaration["checksum"]), gate, cell(deciding),
+                      cell(latest or "never run"))
     console.print(table)
 
 
@@ -194,14 +163,14 @@ def _resolve(name: str) -> Any:
     return handle
 
 
-def _enqueue_pending(config: Config, as_json: bool) -> None:
+def _enqueue_pending(config: Config, as_json: bool, *, allow_none: bool) -> None:
     from ultimat3.jobs.backfill_registry import get_backfill
 
     driver = config.driver()
     enqueued, held = [], []
-    for item in pending_backfills(config):
+    for item in config.call(pending_backfills, driver, allow_none=allow_none):
         declaration = item.declaration
-        reason = hold_reason(config, declaration)
+        reason = config.call(hold_reason, driver, config.environment, declaration)
         if reason is not None:
             held.append({"name": declaration["name"], "code": reason.code, "reason": reason.message})
             continue
@@ -218,11 +187,11 @@ def _enqueue_pending(config: Config, as_json: bool) -> None:
         return
     for e in enqueued:
         note = " (already queued)" if e["deduped"] else ""
-        console.print(f"enqueued {e['name']} as job {e['job_id']}{note}")
+        say(f"enqueued {e['name']} as job {e['job_id']}{note}")
     for h in held:
-        console.print(f"[yellow]held[/] {h['name']}: {h['code']}: {h['reason']}")
+        say(f"held {h['name']}: {h['code']}: {h['reason']}", style="yellow")
     if not enqueued and not held:
-        console.print("no pending backfills")
+        say("no pending backfills")
 
 
 def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
@@ -233,7 +202,7 @@ def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, a
     driver = config.driver()
     declaration = declaration_of(handle)
     assert declaration is not None
-    reason = hold_reason(config, declaration)
+    reason = config.call(hold_reason, driver, config.environment, declaration)
     if reason is not None:
         raise reason
     if dry_run:
@@ -242,10 +211,10 @@ def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, a
             emit_json({"name": name, "rows": plan.rows, "batches": plan.batches, "seconds": plan.seconds})
             return
         if plan.rows is None:
-            console.print(f"{name}: no count= declared, so a dry run cannot say how many rows it would visit")
+            say(f"{name}: no count= declared, so a dry run cannot say how many rows it would visit")
         else:
-            console.print(f"{name} would visit {plan.rows} rows in ~{plan.batches} batches, "
-                          f"~{_human(plan.seconds)} at its declared rate")
+            say(f"{name} would visit {plan.rows} rows in ~{plan.batches} batches, "
+                f"~{_human(plan.seconds)} at its declared rate")
         return
     if wait:
         from ultimat3.cli.progress import run_in_foreground
@@ -260,7 +229,7 @@ def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, a
         emit_json({"name": name, "job_id": result.id, "run_id": result.run_id, "deduped": result.deduped})
         return
     note = " (a pass was already queued or running; this is the same pass)" if result.deduped else ""
-    console.print(f"enqueued {name} as job {result.id}{note}")
+    say(f"enqueued {name} as job {result.id}{note}")
 
 
 def _human(seconds: float | None) -> str:

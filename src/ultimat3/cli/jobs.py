@@ -13,13 +13,14 @@ from ultimat3.cli.render import (
     job_table,
     jobs_table,
     run_json,
+    say,
     stats_json,
     stats_table,
     step_json,
     steps_table,
 )
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import DEFAULT_LIST_LIMIT, JOB_STATES, JobFilter, JobRecord
+from ultimat3.jobs.driver import DEFAULT_LIST_LIMIT, FINAL_STATES, JOB_STATES, JobFilter, JobRecord
 
 
 def _get(config: Config, job_id: str) -> JobRecord:
@@ -27,6 +28,12 @@ def _get(config: Config, job_id: str) -> JobRecord:
     if job is None:
         raise XError(f"no job has id {job_id!r}", "copy an id from `x jobs ls`", code="X_JOB_NOT_FOUND")
     return job
+
+
+def _finished(job_id: str, state: str, verb: str) -> XError:
+    return XError(f"job {job_id} is {state}; a finished job cannot be {verb}",
+                  "nothing to do: it already ended (`x jobs show ID` says how); `x jobs retry ID` reruns a dead or "
+                  "cancelled one", code="X_JOB_NOT_CANCELLABLE")
 
 
 @cli.group("jobs")
@@ -51,7 +58,7 @@ def ls(config: Config, queue: str | None, name: str | None, state: str | None, t
         emit_json([job_json(job) for job in jobs])
         return
     if not jobs:
-        console.print("no jobs match")
+        say("no jobs match")
         return
     console.print(jobs_table(jobs))
 
@@ -73,7 +80,7 @@ def show(config: Config, job_id: str, as_json: bool) -> None:
     if steps:
         console.print(steps_table(steps))
     if ledger is not None:
-        console.print(f"backfill pass: {ledger.status}, {ledger.batches} batches, {ledger.rows} rows")
+        say(f"backfill pass: {ledger.status}, {ledger.batches} batches, {ledger.rows} rows")
 
 
 @jobs_group.command("cancel")
@@ -82,18 +89,19 @@ def show(config: Config, job_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def cancel(config: Config, job_id: str, reason: str, as_json: bool) -> None:
-    """Cancel a job; a running attempt is aborted at its next heartbeat. A finished job is left as it is."""
+    """Cancel a job; a running attempt is aborted at its next heartbeat. A finished job cannot be
+    cancelled (exit 2); a backfill pass's ledger row is closed as cancelled with it."""
     before = _get(config, job_id)
+    if before.state in FINAL_STATES:
+        raise _finished(job_id, before.state, "cancelled")
     after = config.call(config.driver().cancel, job_id, reason)
-    assert after is not None
-    changed = before.state != after.state
+    if after is None or after.state != "cancelled":
+        # It finished between our read and the cancel: say what it is now.
+        raise _finished(job_id, after.state if after is not None else "gone", "cancelled")
     if as_json:
-        emit_json({"job": job_json(after), "changed": changed})
+        emit_json({"job": job_json(after), "changed": True})
         return
-    if changed:
-        console.print(f"cancelled {job_id} (was {before.state})")
-    else:
-        console.print(f"{job_id} is {after.state}; nothing to cancel")
+    say(f"cancelled {job_id} (was {before.state})")
 
 
 @jobs_group.command("retry")
@@ -103,15 +111,22 @@ def cancel(config: Config, job_id: str, reason: str, as_json: bool) -> None:
 def retry(config: Config, job_id: str, as_json: bool) -> None:
     """Run a dead or cancelled job again (same run: its recorded steps replay)."""
     before = _get(config, job_id)
+    if before.state == "done":
+        raise XError(f"job {job_id} is done; a finished success cannot be retried",
+                     "enqueue a new run of it (for a backfill: `x db backfill NAME --force`)",
+                     code="X_JOB_NOT_RETRYABLE")
     if before.state not in ("dead", "cancelled"):
         raise XError(f"job {job_id} is {before.state}; only dead or cancelled jobs can be retried",
-                     "wait for it to finish (or cancel it first)", code="X_JOB_NOT_RETRYABLE")
+                     "it is still live: wait for it to finish, or cancel it first (`x jobs cancel ID`)",
+                     code="X_JOB_NOT_RETRYABLE")
     after = config.call(config.driver().retry, job_id)
-    assert after is not None
+    if after is None or after.state != "ready":
+        raise XError(f"job {job_id} changed while it was being retried (now {after.state if after else 'gone'})",
+                     "look at it with `x jobs show ID` and try again", code="X_JOB_NOT_RETRYABLE")
     if as_json:
-        emit_json({"job": job_json(after), "changed": before.state != after.state})
+        emit_json({"job": job_json(after), "changed": True})
         return
-    console.print(f"{job_id} is {after.state} again (was {before.state})")
+    say(f"{job_id} is {after.state} again (was {before.state})")
 
 
 @jobs_group.command("stats")

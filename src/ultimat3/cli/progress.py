@@ -15,7 +15,7 @@ from rich.progress import (
 )
 
 from ultimat3.cli.config import Config
-from ultimat3.cli.render import console, err_console, run_json
+from ultimat3.cli.render import console, err_console, run_json, say, visible
 
 
 def run_in_foreground(config: Config, handle: Any, *, force: bool, quiet: bool) -> Any:
@@ -37,7 +37,7 @@ def run_in_foreground(config: Config, handle: Any, *, force: bool, quiet: bool) 
         console=err_console if quiet else console,
         disable=quiet,
     )
-    task = progress.add_task(handle.name, total=total, batches=0, rate="–")
+    task = progress.add_task(visible(handle.name), total=total, batches=0, rate="–")
 
     def on_progress(event: BackfillProgress) -> None:
         if event.name != handle.name:
@@ -53,21 +53,21 @@ def run_in_foreground(config: Config, handle: Any, *, force: bool, quiet: bool) 
     try:
         with progress:
             report = config.call(run_backfill, handle, force=force, driver=driver,
-                                 environment=config.environment)
+                                 environment=config.environment, interruptible=True)
             if not report.skipped:
                 progress.update(task, completed=report.rows, total=report.rows)
     finally:
         remove()
     if not quiet:
         if report.skipped:
-            console.print(f"{handle.name}: skipped — a pass already completed (run {report.previous_run_id}); "
-                          "use --force for a new pass")
+            say(f"{handle.name}: skipped — a pass already completed (run {report.previous_run_id}); "
+                "use --force for a new pass")
         else:
-            console.print(f"{handle.name}: {report.rows} rows in {report.batches} batches")
+            say(f"{handle.name}: {report.rows} rows in {report.batches} batches")
             last = config.call(driver.backfills.list, handle.name)
             if last:
                 row = run_json(last[0])
                 assert row is not None
-                console.print(f"ledger x_backfills: run {row['run_id']} {row['status']}, checksum "
-                              f"{row['checksum']}, {row['batches']} batches, {row['rows']} rows")
+                say(f"ledger x_backfills: run {row['run_id']} {row['status']}, checksum "
+                    f"{row['checksum']}, {row['batches']} batches, {row['rows']} rows")
     return report

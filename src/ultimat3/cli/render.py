@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ultimat3.jobs.driver import BackfillRun, JobRecord, QueueStats, StepRecord
 
@@ -22,6 +24,38 @@ STATE_STYLE = {
     "ready": "cyan", "delayed": "blue", "running": "yellow", "suspended": "magenta",
     "done": "green", "dead": "red", "cancelled": "bright_black",
 }
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(value: object, *, multiline: bool = False) -> str:
+    """``value`` as text a terminal shows as it is: control, format (bidi, zero-width) and
+    surrogate characters written as ``\\xNN``/``\\uNNNN`` escapes, so a stored string cannot move the
+    cursor, retitle the window, clear the screen or fake output. Newlines and tabs are kept only
+    when ``multiline``."""
+    text = str(value)
+    out = []
+    for char in text:
+        if multiline and char in "\n\t":
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(_escape(char))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def cell(value: object, style: str = "") -> Text:
+    """A table cell (or printed value) from the database: plain text, never rich markup."""
+    return Text("" if value is None else visible(value), style=style)
+
+
+def say(message: str, style: str = "") -> None:
+    """Print one line of output built from stored values, as plain text (no markup parsed)."""
+    console.print(Text(visible(message, multiline=True), style=style), highlight=False)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -69,9 +103,9 @@ def short_time(value: datetime | None) -> str:
     return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def styled_state(state: str) -> str:
+def styled_state(state: str) -> Text:
     """A state with its colour, for tables."""
-    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+    return cell(state, STATE_STYLE.get(state, "white"))
 
 
 def jobs_table(jobs: list[JobRecord]) -> Table:
@@ -81,8 +115,8 @@ def jobs_table(jobs: list[JobRecord]) -> Table:
         table.add_column(column, no_wrap=column in ("id", "name", "created"), overflow="ellipsis")
     for job in jobs:
         error = (job.last_error or "").splitlines()[0][:60] if job.last_error else ""
-        table.add_row(job.id, job.name, job.queue, styled_state(job.state), f"{job.attempt}/{job.max_attempts}",
-                      job.tenant_id or "", short_time(job.created_at), error)
+        table.add_row(cell(job.id), cell(job.name), cell(job.queue), styled_state(job.state),
+                      f"{job.attempt}/{job.max_attempts}", cell(job.tenant_id), short_time(job.created_at), cell(error))
     return table
 
 
@@ -95,8 +129,9 @@ def job_table(job: JobRecord) -> Table:
         if key in ("payload", "result"):
             value = json.dumps(value)
         if key == "state":
-            value = styled_state(str(value))
-        table.add_row(key, "" if value is None else str(value))
+            table.add_row(key, styled_state(str(value)))
+            continue
+        table.add_row(key, Text("" if value is None else visible(value, multiline=key == "last_error")))
     return table
 
 
@@ -107,7 +142,7 @@ def steps_table(steps: list[StepRecord]) -> Table:
     table.add_column("recorded")
     table.add_column("result", overflow="fold")
     for step in steps:
-        table.add_row(step.name, short_time(step.created_at), json.dumps(step.result)[:200])
+        table.add_row(cell(step.name), short_time(step.created_at), cell(json.dumps(step.result)[:200]))
     return table
 
 
@@ -119,5 +154,5 @@ def stats_table(stats: list[QueueStats]) -> Table:
     for state in states:
         table.add_column(state, justify="right")
     for s in stats:
-        table.add_row(s.queue, *(str(s.counts.get(state, 0)) for state in states))
+        table.add_row(cell(s.queue), *(str(s.counts.get(state, 0)) for state in states))
     return table

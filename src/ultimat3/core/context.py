@@ -15,8 +15,42 @@ Environment = Literal["development", "test", "staging", "production"]
 ENVIRONMENTS: tuple[Environment, ...] = get_args(Environment)
 
 #: The capability that lets a plan read across tenants. Only a ``backfill(tenant='none')`` pass
-#: grants it, and only to its own actor for the duration of that pass.
+#: grants it, and only for the duration of that pass.
 CROSS_TENANT_SCOPE = "tenancy:cross"
+#: The capability of an operator (the ``x`` CLI, a script that says so): enqueue work for any org
+#: and work that belongs to no org.
+OPERATOR_SCOPE = "tenancy:operator"
+#: The capability of a run of a ``tenant='none'`` job: it may enqueue work for any org (fan-out),
+#: for as long as its attempt runs.
+SYSTEM_SCOPE = "tenancy:system"
+
+
+class Grant:
+    """A capability granted for a scope, and revoked when that scope ends.
+
+    Checked live (``grant.live``), never only carried: a context kept past its scope (a closure,
+    a global, a ``batch.ctx`` stashed by a handler) still holds the grant object, but the grant is
+    dead, so nothing it guards is allowed any more.
+    """
+
+    __slots__ = ("_live", "reason", "scope")
+
+    def __init__(self, scope: str, reason: str) -> None:
+        self.scope = scope
+        self.reason = reason
+        self._live = True
+
+    @property
+    def live(self) -> bool:
+        """Whether the scope that granted it is still open."""
+        return self._live
+
+    def revoke(self) -> None:
+        """End the grant; idempotent."""
+        self._live = False
+
+    def __repr__(self) -> str:
+        return f"<Grant {self.scope} {'live' if self._live else 'revoked'}: {self.reason}>"
 
 
 @dataclass(frozen=True)
@@ -45,6 +79,16 @@ class Ctx:
     traceparent: str | None = None
     #: Set by ``cross_tenant``: why plans built inside may skip the tenant filter.
     cross_tenant_reason: str | None = None
+    #: Capabilities granted for a scope (see :class:`Grant`); only live ones count.
+    grants: tuple[Grant, ...] = ()
+
+    def holds(self, *scopes: str) -> bool:
+        """Whether a LIVE grant of any of ``scopes`` is on this context."""
+        return any(grant.live and grant.scope in scopes for grant in self.grants)
+
+    def live_grant(self, scope: str) -> Grant | None:
+        """The first live grant of ``scope``, or ``None``."""
+        return next((g for g in self.grants if g.live and g.scope == scope), None)
 
 
 def parse_environment(value: str, *, source: str = "X_ENV") -> Environment:

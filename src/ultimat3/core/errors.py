@@ -49,3 +49,10 @@ def check(cond: object, message: str, hint: str, *, code: str = "X_CONFIG") -> N
 def fail(message: str, hint: str, *, code: str = "X_CONFIG") -> NoReturn:
     """Raise a non-retryable :class:`XError` with ``code``."""
     raise ConfigError(message, hint, code=code)
+
+
+class Interrupted(XError):
+    """The operator interrupted (Ctrl-C) a foreground command; the CLI exits 130 with this line."""
+
+    code = "X_INTERRUPTED"
+    retryable = False

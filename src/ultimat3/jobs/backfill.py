@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.engine import Engine
@@ -21,7 +21,7 @@ from ultimat3.core.clock import Clock
 from ultimat3.core.context import ENVIRONMENTS, Ctx, Environment
 from ultimat3.core.errors import check
 from ultimat3.jobs.backfill_checksum import backfill_checksum
-from ultimat3.jobs.backfill_pass import Batch, run_pass
+from ultimat3.jobs.backfill_pass import JOB_STORE, Batch, run_pass
 from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
 from ultimat3.jobs.backfill_registry import _stamp
 from ultimat3.jobs.driver import DEFAULT_QUEUE, JobDriver, JobRecord
@@ -52,7 +52,7 @@ Source = Callable[[Ctx], "Select[*tuple[Any, ...]]"]
 Handle = Callable[[Batch], object]
 #: ``count(ctx)``: rows still matching — an int (possibly awaited) or a select that is counted.
 Count = Callable[[Ctx], object]
-EngineSource = Engine | Callable[[], Engine]
+EngineSource = Engine | Callable[[], Engine] | Literal["job-store"]
 
 _MISSING: Any = object()
 
@@ -130,7 +130,7 @@ def backfill(
     requires: str | MigrationRequirement | None = None,
     environments: Iterable[Environment] | None = None,
     count: Count | None = None,
-    engine: EngineSource | None = None,
+    engine: EngineSource = _MISSING,
     key: ColumnElement[Any] | str | None = None,
     clock: Clock | None = None,
     sleep: Sleep | None = None,
@@ -149,9 +149,10 @@ def backfill(
       matching, checked when the source is exhausted (``X_BACKFILL_STALLED``) and used by dry
       runs. Return a select and it is scoped to the pass's tenant and counted for you; return an
       int and the count is yours — build it with ``scoped(stmt, ctx)`` so it sees the same rows.
-    - ``engine``: the app database (an Engine or a function returning one); default: the
-      driver's own database. ``key``: the primary-key column (inferred from a single-table
-      source).
+    - ``engine`` (required): the app database whose tables ``source`` reads — an Engine, a
+      function returning one, or ``"job-store"`` to say they live in the job store's own database.
+      There is no default: a guessed database is how a sweep reads the wrong rows.
+    - ``key``: the primary-key column (inferred from a single-table source).
     - ``clock``/``sleep``: the pacer's, injectable for tests.
 
     Bad values are refused here, with the backfill's name in the message; nothing is registered.
@@ -220,9 +221,16 @@ def backfill(
         code="X_BACKFILL_COUNT",
     )
     check(
-        engine is None or isinstance(engine, Engine) or callable(engine),
+        engine is not _MISSING,
+        f'backfill "{name}" declares no engine= — which database holds the tables its source reads?',
+        f'write engine=create_engine("postgresql+psycopg://...") (or a function returning one) on '
+        f'backfill(name="{name}"), or engine="{JOB_STORE}" when they live in the job store\'s own database',
+        code="X_BACKFILL_ENGINE",
+    )
+    check(
+        engine == JOB_STORE or isinstance(engine, Engine) or (callable(engine) and not isinstance(engine, str)),
         f'backfill "{name}" declares engine={engine!r}',
-        "pass a sqlalchemy Engine, or a function returning one; leave it out to use the driver's database",
+        f'pass a sqlalchemy Engine, a function returning one, or engine="{JOB_STORE}"',
         code="X_BACKFILL_ENGINE",
     )
     check(

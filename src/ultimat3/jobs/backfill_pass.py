@@ -15,6 +15,7 @@ import functools
 import inspect
 import logging
 import math
+import signal as signal_module
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -23,27 +24,37 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic_core import to_jsonable_python
 from sqlalchemy import Table, create_engine, func, select
+from sqlalchemy import inspect as inspect_database
 from sqlalchemy.engine import Engine, Row, make_url
+from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import Alias, Select
+from sqlalchemy.sql.selectable import Alias, Select, TableClause
 
 from ultimat3.core.context import Actor, Ctx, Environment, default_environment, use_ctx
-from ultimat3.core.errors import XError
+from ultimat3.core.errors import Interrupted, XError
 from ultimat3.jobs.backfill_registry import backfill_origin
 from ultimat3.jobs.backfill_scope import backfill_scope
 from ultimat3.jobs.driver import BackfillLedger, JobDriver
 from ultimat3.jobs.errors import JobAbortedError
+from ultimat3.jobs.execute import SHUTDOWN
 from ultimat3.jobs.job import JobHandle
 from ultimat3.jobs.migrations import requirement_error
 from ultimat3.jobs.runtime import get_driver
 from ultimat3.jobs.signal import AbortSignal
 from ultimat3.jobs.steps import SyncStep
+from ultimat3.jobs.worker import Worker
 from ultimat3.tenancy.guard import scoped
+from ultimat3.tenancy.where import and_where
 
 if TYPE_CHECKING:
     from ultimat3.jobs.backfill import BackfillDefinition, BackfillInput
 
+#: ``engine=JOB_STORE``: the backfill's tables live in the job store's own database. Said
+#: explicitly, never assumed: a default would sweep whatever same-named table the job database has.
+JOB_STORE = "job-store"
+
 __all__ = [
+    "JOB_STORE",
     "BackfillError",
     "BackfillProgress",
     "BackfillReport",
@@ -54,6 +65,7 @@ __all__ = [
     "batch_step_name",
     "check_environment",
     "check_requires",
+    "check_source_tables",
     "count_remaining",
     "definition_engine",
     "dispose_engines",
@@ -232,7 +244,7 @@ class _LazyEngine:
         if self._engine is None:
             source = self._definition.engine
             name = self._definition.name
-            if source is None:
+            if source is None or isinstance(source, str):  # JOB_STORE: the declaration said so
                 self._engine = engine_for_url(self._driver.url, backfill=name)
             elif isinstance(source, Engine):
                 self._engine = source
@@ -318,7 +330,7 @@ def count_remaining(definition: BackfillDefinition, ctx: Ctx, engine: Callable[[
         if own:
             resolver.close()
     if isinstance(value, Select):
-        statement = select(func.count()).select_from(scoped(value, ctx).subquery())
+        statement = select(func.count()).select_from(scoped(value, ctx, bind=engine()).subquery())
         with engine().connect() as conn:
             value = conn.execute(statement).scalar_one()
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -371,9 +383,7 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
     return column
 
 
-def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any,
-                    first: bool) -> tuple[Select[Any], ColumnElement[Any]]:
-    # Built afresh for every page: source is lazy, and scoping happens against the pass's ctx.
+def _source_statement(definition: BackfillDefinition, ctx: Ctx) -> Select[Any]:
     stmt = definition.source(ctx)
     if not isinstance(stmt, Select):
         raise BackfillError(
@@ -381,12 +391,56 @@ def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any,
             "return a sqlalchemy select, e.g. source=lambda ctx: select(posts).where(posts.c.slug.is_(None))",
             code="X_BACKFILL_SOURCE",
         )
+    return stmt
+
+
+def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
+                    engine: Engine) -> tuple[Select[Any], int]:
+    """The page's statement and the POSITION of the key among its columns.
+
+    Built afresh for every page: source is lazy, and scoping happens against the pass's ctx. The
+    key is read back by position, not by column object: scoping rebuilds the statement, so the
+    source's column objects are not the ones the rows are keyed by (a subquery, a CTE or an
+    alias of an alias would otherwise fail to find it).
+    """
+    stmt = _source_statement(definition, ctx)
     key = _key_column(definition, stmt)
+    position = next(i for i, column in enumerate(stmt.selected_columns) if column is key)
     if not first:
-        stmt = stmt.where(key > cursor)
+        # Grouped: an OR inside the source's own criteria must not swallow the cursor condition.
+        stmt = and_where(stmt, key > cursor)
     # The pass owns the order and the limit: keyset paging is only correct in key order.
     page = stmt.order_by(None).order_by(key).limit(definition.batch)
-    return scoped(page, ctx), key
+    return scoped(page, ctx, bind=engine), position
+
+
+def _tables_read(stmt: Select[Any]) -> list[TableClause]:
+    found: dict[tuple[str | None, str], TableClause] = {}
+    for element in visitors.iterate(stmt):
+        if isinstance(element, TableClause):
+            found.setdefault((element.schema, element.name), element)
+    return list(found.values())
+
+
+def check_source_tables(definition: BackfillDefinition, statement: Select[Any], engine: Engine) -> None:
+    """Refuse with ``X_BACKFILL_TABLE_MISSING`` when a table ``statement`` (the source's) reads is
+    not in ``engine``.
+
+    The engine a pass sweeps is a declaration, and a wrong one must not read as success: a table
+    missing there means the pass is pointed at the wrong database.
+    """
+    inspector = inspect_database(engine)
+    for table in _tables_read(statement):
+        if not inspector.has_table(table.name, schema=table.schema):
+            where = engine.url.render_as_string(hide_password=True)
+            qualified = f"{table.schema}.{table.name}" if table.schema else table.name
+            raise BackfillError(
+                f'backfill "{definition.name}" reads table "{qualified}", which does not exist in the database '
+                f"its engine points at ({where})",
+                f'pass engine= on backfill(name="{definition.name}") for the database that holds "{qualified}" '
+                "(create_engine(...) or a function returning one)",
+                code="X_BACKFILL_TABLE_MISSING",
+            )
 
 
 def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: _LazyEngine,
@@ -406,19 +460,23 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: _La
     if batches:
         ledger.progress(run_id, batches, rows)
     reported, reported_at = batches, time.monotonic()
+    checked = False
 
     try:
         while True:
             step_name = batch_step_name(index)
             definition.pacer.wait(signal, step_name)
-            statement, key = _page_statement(definition, ctx, cursor, first=index == 0)
+            statement, key = _page_statement(definition, ctx, cursor, index == 0, engine())
+            if not checked:
+                check_source_tables(definition, statement, engine())
+                checked = True
             # One short-lived connection per page: nothing stays open across the handler or the wait.
             # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
             with engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 page = list(conn.execute(statement).all())
             if not page:
                 break
-            last = page[-1]._mapping[key]
+            last = page[-1][key]
             awaiter.resolve(definition.handle(Batch(page, ctx, signal, index)))
             checkpoint = {"cursor": to_jsonable_python(last), "rows": len(page)}
             # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
@@ -449,12 +507,13 @@ def _error_text(error: BaseException) -> str:
 def _close_aborted(ledger: BackfillLedger, run_id: str, error: JobAbortedError) -> None:
     if error.reason == "cancelled":
         ledger.finish(run_id, "cancelled", _error_text(error))
-    elif error.reason != "claim lost":
+    elif error.reason not in ("claim lost", SHUTDOWN):
         ledger.finish(run_id, "failed", _error_text(error))
     # "claim lost": another worker holds the run now and has reopened the row; closing it from
-    # here would mark a live pass failed under its feet. A timeout or shutdown is still closed
-    # as failed, so a pass that never runs again does not read "running" forever; the next
-    # attempt's start() reopens it.
+    # here would mark a live pass failed under its feet. A shutdown releases the job back to
+    # ready, so the pass is still in progress and its row stays "running" (a cancel of the waiting
+    # job closes it in the driver). A timeout is closed as failed with its reason; the retry's
+    # start() reopens it, and a run that dies instead is closed by the on_dead hook.
 
 
 def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, step: SyncStep) -> BackfillReport:
@@ -542,28 +601,64 @@ def dry_run(handle: JobHandle[Any], driver: JobDriver | None = None,
     definition = _definition_of(handle)
     env = environment if environment is not None else default_environment()
     check_environment(definition, env)
-    if definition.count is None:
-        return DryRun(definition.name, None, None, None)
     target = driver if driver is not None else get_driver()
     org = handle.tenant_of(handle.parse_input({}))
     ctx = Ctx(actor=Actor(id=f"backfill:{definition.name}:dry-run", org_id=org), environment=env)
+    engine = _LazyEngine(definition, target)
     with use_ctx(ctx), backfill_scope(definition.name, definition.tenant, ctx) as pass_ctx:
-        rows = count_remaining(definition, pass_ctx, _LazyEngine(definition, target))
+        # Builds the source once to learn which tables it reads; no page is read.
+        check_source_tables(definition, _source_statement(definition, pass_ctx), engine())
+        if definition.count is None:
+            return DryRun(definition.name, None, None, None)
+        rows = count_remaining(definition, pass_ctx, engine)
     batches = math.ceil(rows / definition.batch)
     return DryRun(definition.name, rows, batches, batches / definition.rate)
 
 
+def _first_line(text: str | None) -> str:
+    return (text or "no error").strip().splitlines()[0] if (text or "").strip() else "no error"
+
+
+def _drain(worker: Worker, interruptible: bool) -> bool:
+    """Run the worker until nothing is runnable; True when Ctrl-C released what it held."""
+
+    async def main() -> bool:
+        interrupted = False
+        loop = asyncio.get_running_loop()
+
+        def on_interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            # Hand the claim back now (no attempt burned): the next worker resumes the pass at
+            # once from its last recorded batch instead of waiting out the visibility timeout.
+            worker.release_all()
+
+        watching = interruptible and threading.current_thread() is threading.main_thread()
+        if watching:
+            loop.add_signal_handler(signal_module.SIGINT, on_interrupt)
+        try:
+            await worker.drain()
+        finally:
+            if watching:
+                loop.remove_signal_handler(signal_module.SIGINT)
+        return interrupted
+
+    return asyncio.run(main())
+
+
 def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriver | None = None,
-                 environment: Environment | None = None, poll_interval: float = 0.5) -> BackfillReport:
+                 environment: Environment | None = None, poll_interval: float = 0.5,
+                 interruptible: bool = False) -> BackfillReport:
     """Enqueue the backfill (joining a live pass under its name) and run it in this process
     until the job settles; returns its report. For sync callers (the CLI), not inside a loop.
 
     The environment and ``requires`` are checked first, so a refusal writes nothing. A pass that
-    ends ``dead`` or ``cancelled`` raises ``X_BACKFILL_FAILED``/``X_BACKFILL_CANCELLED``. While
-    the job waits out a retry delay, or is running on another worker, this polls.
+    ends ``dead`` or ``cancelled`` raises ``X_BACKFILL_FAILED``/``X_BACKFILL_CANCELLED`` (the
+    message carries the error's first line; the whole traceback is in ``details["traceback"]``).
+    While the job waits out a retry delay, or runs on another worker, this polls and reports that
+    worker's progress from the ledger. With ``interruptible`` (the CLI), Ctrl-C releases the claim
+    this process holds at once and raises :class:`~ultimat3.core.errors.Interrupted`.
     """
-    from ultimat3.jobs.worker import Worker  # the worker imports the job runtime this module serves
-
     definition = _definition_of(handle)
     target = driver if driver is not None else get_driver()
     env = environment if environment is not None else default_environment()
@@ -573,7 +668,14 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
     worker = Worker(target, names=[handle.name], concurrency=1, environment=env)
     try:
         while True:
-            asyncio.run(worker.drain())
+            if _drain(worker, interruptible):
+                ledger = target.backfills.get(enqueued.run_id)
+                where = f" after {ledger.batches} batches / {ledger.rows} rows" if ledger is not None else ""
+                raise Interrupted(
+                    f'interrupted: released backfill "{definition.name}" (job {enqueued.id}){where}; '
+                    "it is ready again and resumes from its last recorded batch",
+                    f"a running `x worker` picks it up now, or run `x db backfill {definition.name} --wait` again",
+                )
             row = target.introspect.get(enqueued.id)
             if row is None:
                 raise BackfillError(
@@ -586,10 +688,23 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
             if row.state in ("dead", "cancelled"):
                 code = "X_BACKFILL_FAILED" if row.state == "dead" else "X_BACKFILL_CANCELLED"
                 raise BackfillError(
-                    f'backfill "{definition.name}" ended {row.state} (job {row.id}): {row.last_error or "no error"}',
-                    "fix the cause, then `x jobs retry " + row.id + "` (the pass resumes from its last batch)",
+                    f'backfill "{definition.name}" ended {row.state} (job {row.id}): {_first_line(row.last_error)}',
+                    f"see `x jobs show {row.id}` for the whole error; fix the cause, then `x jobs retry {row.id}` "
+                    "(the pass resumes from its last batch)",
                     code=code,
+                    traceback=row.last_error,
                 )
-            time.sleep(poll_interval)
+            ledger = target.backfills.get(enqueued.run_id)
+            if ledger is not None and row.state == "running":
+                # Attached to a pass another worker runs: show its progress, not ours (none).
+                _emit(BackfillProgress(definition.name, ledger.run_id, ledger.batches, ledger.rows, replayed=False))
+            try:
+                time.sleep(poll_interval)
+            except KeyboardInterrupt:
+                raise Interrupted(
+                    f'stopped watching backfill "{definition.name}" (job {row.id}, {row.state}); nothing was '
+                    "changed: the worker that holds it carries on",
+                    f"`x jobs show {row.id}` shows where it is; `x jobs cancel {row.id}` stops it",
+                ) from None
     finally:
         worker.close()

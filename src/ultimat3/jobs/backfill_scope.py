@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
-from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, use_ctx
+from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx
 from ultimat3.jobs.job import NO_TENANT
+from ultimat3.tenancy.grants import granted
 from ultimat3.tenancy.guard import cross_tenant
 
 __all__ = ["backfill_scope", "cross_tenant_reason"]
@@ -36,13 +36,14 @@ def backfill_scope(name: str, tenant: Any, ctx: Ctx) -> Iterator[Ctx]:
     """The context a backfill's pass runs in.
 
     A tenanted backfill gets ``ctx`` untouched (its actor already acts for the run's org). A
-    ``tenant='none'`` backfill gets a copy whose actor also holds ``tenancy:cross``, inside a
-    ``cross_tenant`` scope whose reason names the backfill; both end with the ``with`` block.
+    ``tenant='none'`` backfill gets a copy holding a live ``tenancy:cross`` grant, inside a
+    ``cross_tenant`` scope whose reason names the backfill. The grant is revoked when the block
+    ends: a ``batch.ctx`` a handler kept is refused by the guard after the pass.
     """
     if tenant != NO_TENANT:
         yield ctx
         return
-    granted = replace(ctx, actor=ctx.actor.with_scope(CROSS_TENANT_SCOPE))
-    # The granted context is installed FIRST: cross_tenant() checks the ambient actor.
-    with use_ctx(granted), cross_tenant(cross_tenant_reason(name)) as inner:
+    reason = cross_tenant_reason(name)
+    # The granted context is installed FIRST: cross_tenant() checks the ambient context.
+    with granted(ctx, CROSS_TENANT_SCOPE, reason), cross_tenant(reason) as inner:
         yield inner

@@ -10,13 +10,13 @@ import random
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 
 from ultimat3.core.clock import Clock
-from ultimat3.core.context import Actor, Ctx, Environment, use_ctx
+from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
 from ultimat3.core.errors import XError
 from ultimat3.jobs.driver import ClaimedJob, JobDriver, NackRequest
 from ultimat3.jobs.drivers.values import storable, strict_dumps
@@ -24,6 +24,7 @@ from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.job import JobHandle, get_job
 from ultimat3.jobs.signal import AbortSignal
 from ultimat3.jobs.steps import AsyncStep, SuspendRun, SyncStep
+from ultimat3.tenancy.enqueue import check_stored_tenant
 
 OutcomeKind = Literal["done", "retry", "dead", "suspended", "aborted", "released"]
 #: Abort reasons under which the attempt no longer owns the row: nothing is written for it.
@@ -122,9 +123,27 @@ class AttemptRunner:
                                    "settling (worker lost, killed or stalled)")
         try:
             model = handle.parse_input(job.payload)
+            computed = handle.tenant_of(model)
         except XError as error:
             return Outcome("dead", str(error))
+        # The row's tenant_id decides whose data the run sees; it must be what the declaration
+        # says this input belongs to, or a row written around enqueue() could borrow another org.
+        mismatch = check_stored_tenant(job.name, job.tenant_id, computed)
+        if mismatch is not None:
+            return Outcome("dead", str(mismatch))
         ctx = run_ctx(claimed, self.environment)
+        # A run of a tenant='none' job may fan work out to every org, for as long as it runs.
+        grant = Grant(SYSTEM_SCOPE, f'run of job "{job.name}" (tenant=\'none\')') if job.tenant_id is None else None
+        if grant is not None:
+            ctx = replace(ctx, grants=(*ctx.grants, grant))
+        try:
+            return await self._run(handle, claimed, model, ctx, signal)
+        finally:
+            if grant is not None:
+                grant.revoke()
+
+    async def _run(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
+                   signal: AbortSignal) -> Outcome:
         returned = asyncio.Event()
         task = asyncio.ensure_future(self._invoke(handle, claimed, model, ctx, signal, returned))
         aborted = asyncio.ensure_future(signal.wait_async())

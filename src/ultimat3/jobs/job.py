@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ultimat3.core.clock import to_datetime, to_seconds
-from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, current_ctx
+from ultimat3.core.context import Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
 from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
+from ultimat3.tenancy.enqueue import check_enqueue
 
 if TYPE_CHECKING:
     from ultimat3.jobs.steps import AsyncStep, SyncStep
@@ -192,19 +193,10 @@ class JobHandle(Generic[InT]):
         model = self.parse_input(value)
         tenant_id = self.tenant_of(model)
         actor = ctx.actor
-        # A request acting for one org must not queue work for another: the job would run with
-        # the other org's data under this request's authority.
-        if (
-            tenant_id is not None
-            and actor.org_id is not None
-            and actor.org_id != tenant_id
-            and CROSS_TENANT_SCOPE not in actor.scopes
-        ):
-            fail(
-                f'job "{self.name}" resolves to org {tenant_id!r} but the current actor acts for org {actor.org_id!r}',
-                "enqueue it from a context of that org, or from a cross-tenant scope",
-                code="X_TENANCY_MISMATCH",
-            )
+        # A request acting for one org must not queue work for another (the job would run with
+        # the other org's data under this request's authority), and a context that lost its
+        # request must not queue work for anyone.
+        check_enqueue(ctx, self.name, tenant_id)
         key = None
         if self.idempotency_key is not None:
             key = self.idempotency_key(model)

@@ -315,7 +315,7 @@ class Worker:
                 free = self.concurrency - len(self._active)
                 if budget is not None:
                     free = min(free, budget)
-                claimed = await self._claim(free) if free > 0 else []
+                claimed = await self._claim(free) if free > 0 and not self._stopping else []
                 for job in claimed:
                     self._start(job)
                 if not self._active:
@@ -326,6 +326,15 @@ class Worker:
             beats.cancel()
             unsubscribe()
         return self.processed - start
+
+    def release_all(self) -> None:
+        """Stop claiming and hand every running attempt back at once (no grace, no attempt
+        burned): each is aborted with the shutdown reason and released to ``ready``. From the
+        worker's loop thread (a signal handler), for a second Ctrl-C or an interrupted foreground run."""
+        self._stopping = True
+        for active in list(self._active.values()):
+            active.signal.abort(SHUTDOWN)
+        self._notify()
 
     def stop(self) -> None:
         """Stop claiming; running attempts finish within the grace period (safe from any thread)."""

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ultimat3.core.clock import Clock
 from ultimat3.core.errors import XError
 from ultimat3.jobs.driver import JobDriver
+
+#: URL schemes that name PostgreSQL (the SQLAlchemy driver suffixes included).
+POSTGRES_SCHEMES = frozenset({
+    "postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2", "postgres+psycopg", "postgres+psycopg2",
+})
+# scheme://user:password@ — the password (up to the last @ before the host) is never shown.
+_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<secret>\S*)@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``."""
+    return _CREDENTIALS.sub(lambda m: f"{m.group('head')}:***@", text)
+
 
 #: The embedded default: a SQLite file in the working directory, no server needed.
 DEFAULT_DATABASE_URL = "sqlite:///x.db"
@@ -33,14 +47,16 @@ def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate
         from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver, sqlite_path
 
         driver = SqliteDriver(sqlite_path(url), clock=clock)
-    elif scheme in ("postgres", "postgresql", "postgresql+psycopg"):
+    elif scheme in POSTGRES_SCHEMES:
         from ultimat3.jobs.drivers.postgres.driver import PostgresDriver
 
-        driver = PostgresDriver(url, clock=clock)
+        # The SQLAlchemy spellings name the same server; psycopg 3 speaks to it either way.
+        driver = PostgresDriver("postgresql" + url[len(scheme):], clock=clock)
     else:
         raise XError(
-            f"database URL {url!r} names no driver (scheme {scheme!r})",
-            "use memory://, sqlite:///path/to/x.db or postgresql://user@host:5432/db",
+            f"database URL {redact_urls(url)!r} names no driver (scheme {scheme!r})",
+            "use memory://, sqlite:///path/to/x.db or postgresql://user@host:5432/db "
+            "(postgresql+psycopg:// and postgresql+psycopg2:// are accepted too)",
             code="X_DATABASE_URL",
         )
     if migrate:

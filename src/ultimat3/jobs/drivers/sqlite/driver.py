@@ -81,6 +81,28 @@ _BEGIN_FOR_ISOLATION = {
 }
 
 
+#: The mode a new SQLite job store (and so its -wal/-shm files) is created with.
+DEFAULT_SQLITE_FILE_MODE = 0o600
+
+
+def sqlite_file_mode() -> int:
+    """``X_SQLITE_FILE_MODE`` (octal, e.g. ``640``) from the environment, else owner-only ``600``."""
+    raw = os.environ.get("X_SQLITE_FILE_MODE")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_SQLITE_FILE_MODE
+    try:
+        mode = int(raw.strip(), 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise XError(
+            f"X_SQLITE_FILE_MODE={raw!r} is not a file mode",
+            "write an octal mode such as 600 (owner only, the default) or 640 (owner and group may read)",
+            code="X_DATABASE_FILE_MODE",
+        )
+    return mode
+
+
 def sqlite_path(url: str) -> str:
     """The file path of a ``sqlite:///relative.db`` or ``sqlite:////abs/path.db`` URL.
 
@@ -284,7 +306,8 @@ class SqliteDriver:
     supports_listen_notify = False
     supports_transactional_enqueue = True
 
-    def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
+                 file_mode: int | None = None) -> None:
         if _is_memory(path):
             raise XError(
                 "the SQLite driver needs a file, not an in-memory database",
@@ -298,6 +321,7 @@ class SqliteDriver:
         #: Every timestamp this driver writes is read from this clock.
         self.clock: Clock = clock if clock is not None else system_clock
         self._busy_timeout = busy_timeout
+        self._file_mode = file_mode if file_mode is not None else sqlite_file_mode()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -340,7 +364,22 @@ class SqliteDriver:
         local.pid = pid
         return conn
 
+    def _create_private(self) -> None:
+        # Queued payloads are app data: the store is created readable by its owner only (SQLite
+        # gives the -wal and -shm files the main file's mode), whatever the process umask says.
+        try:
+            fd = os.open(self._file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, self._file_mode)
+        except FileExistsError:
+            return
+        except OSError:
+            return  # sqlite3.connect reports the real problem (missing directory, permissions)
+        try:
+            os.fchmod(fd, self._file_mode)  # os.open's mode is filtered by the umask
+        finally:
+            os.close(fd)
+
     def _open(self) -> sqlite3.Connection:
+        self._create_private()
         try:
             conn = sqlite3.connect(
                 self._file,
@@ -381,7 +420,10 @@ class SqliteDriver:
                 return fn()
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
-                    raise
+                    coded = self._coded(exc)
+                    if coded is exc:
+                        raise
+                    raise coded from exc
                 if time.monotonic() + delay >= deadline:
                     raise DriverError(
                         f"SQLite database {self.path!r} stayed locked for {self._busy_timeout:g}s: {exc}",
@@ -391,6 +433,25 @@ class SqliteDriver:
                     ) from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, _BUSY_BACKOFF_MAX)
+
+    def _coded(self, exc: sqlite3.OperationalError) -> Exception:
+        """A coded error for what an operator can fix (permissions, a missing directory); other
+        operational errors are returned as they are."""
+        text = str(exc).lower()
+        if "readonly" in text or "read-only" in text:
+            return DriverError(
+                f"the SQLite job store {self.path!r} is read-only for this process: {exc}",
+                "make the file, its -wal/-shm files and its directory writable by this user, or point "
+                "X_DATABASE_URL at a writable file",
+                code="X_DATABASE_READONLY",
+            )
+        if "unable to open" in text or "disk i/o error" in text:
+            return DriverError(
+                f"the SQLite job store {self.path!r} cannot be opened or written: {exc}",
+                "check that its directory exists and is writable, and that the disk is not full",
+                code="X_DRIVER_OPEN",
+            )
+        return exc
 
     def _write(self, fn: Callable[[sqlite3.Connection, float], _T]) -> _T:
         """Run ``fn(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction; committed if it returns.

@@ -1,0 +1,105 @@
+"""The deploy gate: which declared backfills have no completed pass under their current code.
+
+It fails closed. Asked about an app that declares no backfill at all, it does not answer "nothing
+pending" — a gate run without ``--app``/``X_APP`` would then pass every deploy — but refuses with
+``X_BACKFILL_NONE_DECLARED``, unless the caller says explicitly that the app has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ultimat3.core.context import Environment
+from ultimat3.core.errors import XError
+from ultimat3.jobs.backfill_registry import registered_backfills
+from ultimat3.jobs.driver import BackfillRun, JobDriver
+from ultimat3.jobs.migrations import requirement_error
+
+__all__ = ["BackfillStatusRow", "PendingBackfill", "backfill_status", "hold_reason", "pending_backfills"]
+
+PendingReason = Literal["never-run", "checksum-changed"]
+
+
+@dataclass(frozen=True)
+class PendingBackfill:
+    """A declared backfill with no completed pass under its current checksum."""
+
+    declaration: dict[str, Any]
+    reason: PendingReason
+    #: The last completed pass (under an older checksum), if any.
+    last: BackfillRun | None
+
+    @property
+    def name(self) -> str:
+        """The backfill's name."""
+        return str(self.declaration["name"])
+
+
+@dataclass(frozen=True)
+class BackfillStatusRow:
+    """What ``x db backfill`` shows for one declaration.
+
+    ``deciding`` is the run the gate looks at (the last completed pass); ``latest`` is the most
+    recently started pass — shown beside it when it is a different run (a retry in flight, a
+    failed forced pass after a completed one).
+    """
+
+    declaration: dict[str, Any]
+    pending: PendingReason | None
+    deciding: BackfillRun | None
+    latest: BackfillRun | None
+
+
+def _declared(allow_none: bool) -> list[dict[str, Any]]:
+    declared = registered_backfills()
+    if not declared and not allow_none:
+        raise XError(
+            "no backfill is declared in this process, so the gate cannot say whether any is pending",
+            "pass --app (or set X_APP) with the module that declares your backfills; if the app really "
+            "has none, say so with --allow-none",
+            code="X_BACKFILL_NONE_DECLARED",
+        )
+    return declared
+
+
+def pending_backfills(driver: JobDriver, *, allow_none: bool = False) -> list[PendingBackfill]:
+    """Declared and never completed, or completed only under another checksum. Refuses
+    (``X_BACKFILL_NONE_DECLARED``) when nothing is declared, unless ``allow_none``."""
+    pending: list[PendingBackfill] = []
+    for declaration in _declared(allow_none):
+        last = driver.backfills.last_completed(declaration["name"])
+        if last is None:
+            pending.append(PendingBackfill(declaration, "never-run", None))
+        elif last.checksum != declaration["checksum"]:
+            pending.append(PendingBackfill(declaration, "checksum-changed", last))
+    return pending
+
+
+def backfill_status(driver: JobDriver, *, allow_none: bool = True) -> list[BackfillStatusRow]:
+    """Every declared backfill with the run that decides the gate and the latest run."""
+    rows: list[BackfillStatusRow] = []
+    for declaration in _declared(allow_none):
+        runs = driver.backfills.list(declaration["name"])
+        deciding = driver.backfills.last_completed(declaration["name"])
+        pending: PendingReason | None = None
+        if deciding is None:
+            pending = "never-run"
+        elif deciding.checksum != declaration["checksum"]:
+            pending = "checksum-changed"
+        rows.append(BackfillStatusRow(declaration, pending, deciding, runs[0] if runs else None))
+    return rows
+
+
+def hold_reason(driver: JobDriver, environment: Environment, declaration: dict[str, Any]) -> XError | None:
+    """Why a declared backfill may not be enqueued here and now (environment, ``requires``), or ``None``."""
+    environments = declaration["environments"]
+    if environments is not None and environment not in environments:
+        return XError(
+            f'backfill "{declaration["name"]}" runs in {", ".join(environments)}, not in {environment}',
+            "set X_ENV to one of those, or add this environment to its environments=",
+            code="X_BACKFILL_ENVIRONMENT",
+        )
+    if declaration["requires"] is not None:
+        return requirement_error(driver, declaration["name"], declaration["requires"])
+    return None
