@@ -223,6 +223,9 @@ if __name__ == "__main__":
     arguments = p.parse_args()
     if arguments.op in ("pacer", "pacer-only"):
         arguments.batch = 1
-    {"sweep": sweep, "sweep-floor": sweep_floor, "pacer": pacer, "pacer-only": pacer_only}[
-        arguments.op.replace("_", "-")
-    ](arguments)
+    from ultimat3.tenancy import operator_context
+
+    with operator_context("bench", "the benchmark enqueues its own passes"):
+        {"sweep": sweep, "sweep-floor": sweep_floor, "pacer": pacer, "pacer-only": pacer_only}[
+            arguments.op.replace("_", "-")
+        ](arguments)

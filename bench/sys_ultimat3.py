@@ -25,6 +25,7 @@ from benchlib import CpuMeter, chunks, emit, latency_summary, mono, parser, vacu
 from pydantic import BaseModel
 
 from ultimat3.jobs import Worker, WorkerEvent, create_driver, job
+from ultimat3.tenancy import operator_context
 
 
 class In(BaseModel):
@@ -174,4 +175,5 @@ def latency(args) -> None:
 
 if __name__ == "__main__":
     arguments = parser(__doc__ or "").parse_args()
-    {"enqueue": enqueue, "drain": drain, "latency": latency}[arguments.op](arguments)
+    with operator_context("bench", "the benchmark enqueues its own jobs"):
+        {"enqueue": enqueue, "drain": drain, "latency": latency}[arguments.op](arguments)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from ultimat3.jobs import Batch, RetryPolicy, Worker, backfill, create_driver
 from ultimat3.jobs.backfill_pass import engine_for_url
+from ultimat3.tenancy import operator_context
 
 ROWS = 10_000
 BATCH = 250
@@ -62,7 +63,8 @@ def prepare() -> None:
     metadata.create_all(engine)
     with engine.begin() as conn:
         conn.execute(kill_items.insert(), [{"id": i} for i in range(1, ROWS + 1)])
-    queued = sweep.enqueue(driver=driver)
+    with operator_context("test:backfill-kill", "the test enqueues the cross-tenant pass it will kill"):
+        queued = sweep.enqueue(driver=driver)
     print(json.dumps({"job_id": queued.id, "run_id": queued.run_id}))
     driver.close()
 

@@ -28,7 +28,7 @@ from sqlalchemy import inspect as inspect_database
 from sqlalchemy.engine import Engine, Row, make_url
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import Alias, Select, TableClause
+from sqlalchemy.sql.selectable import Select, TableClause
 
 from ultimat3.core.context import Actor, Ctx, Environment, default_environment, use_ctx
 from ultimat3.core.errors import Interrupted, XError
@@ -44,6 +44,7 @@ from ultimat3.jobs.signal import AbortSignal
 from ultimat3.jobs.steps import SyncStep
 from ultimat3.jobs.worker import Worker
 from ultimat3.tenancy.guard import scoped
+from ultimat3.tenancy.tables import base_of
 from ultimat3.tenancy.where import and_where
 
 if TYPE_CHECKING:
@@ -369,7 +370,7 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
     froms = stmt.get_final_froms()
     if len(froms) != 1:
         raise _key_error(definition, f"its source reads {len(froms)} FROM clauses, so no key can be inferred")
-    base = froms[0].element if isinstance(froms[0], Alias) else froms[0]
+    base = base_of(froms[0])  # through every layer of aliasing
     if not isinstance(base, Table):
         raise _key_error(definition, "its source does not select from a table, so no key can be inferred")
     primary = list(base.primary_key.columns)

@@ -44,7 +44,7 @@ from ultimat3.core.context import CROSS_TENANT_SCOPE, Ctx, current_ctx, use_ctx
 from ultimat3.core.errors import XError, check
 from ultimat3.tenancy.tables import base_of, registered_tenant_column, tenant_column
 from ultimat3.tenancy.views import is_view
-from ultimat3.tenancy.where import and_where
+from ultimat3.tenancy.where import and_where_in_place
 
 __all__ = [
     "NO_CROSS_TENANT_REASON",
@@ -186,15 +186,16 @@ class _Plan:
         if name not in SAFE_TABLE_FUNCTIONS:
             self.refuse(f"the table-valued function {name or type(fn).__name__}()")
 
-    def filter(self, stmt: Any, surfaces: list[tuple[FromClause, str]]) -> Any:
+    def filter(self, stmt: Any, surfaces: list[tuple[FromClause, str]]) -> None:
+        """Add the org filter for ``surfaces`` to ``stmt`` (a clone this plan owns), or refuse."""
         if not surfaces:
-            return stmt
+            return
         org = self.ctx.actor.org_id
         if org is None:
             if self.cross:
-                return stmt
+                return
             raise _deny(self.ctx, [_label(f) for f, _ in surfaces])
-        return and_where(stmt, *(_org_column(f, c) == org for f, c in surfaces))
+        and_where_in_place(stmt, *(_org_column(f, c) == org for f, c in surfaces))
 
 
 def _raw_fragments(stmt: ClauseElement, plan: _Plan) -> None:
@@ -225,7 +226,7 @@ def _correlated_tables(clause: ClauseElement | None) -> list[FromClause]:
     return found
 
 
-def _scope_dml(stmt: Any, plan: _Plan) -> Any:
+def _scope_dml(stmt: Any, plan: _Plan) -> None:
     target = stmt.table
     surfaces: list[tuple[FromClause, str]] = []
     plan.surfaces(target, surfaces)
@@ -234,11 +235,11 @@ def _scope_dml(stmt: Any, plan: _Plan) -> Any:
             raise _deny(plan.ctx, [_label(target)])
         if surfaces and plan.ctx.actor.org_id is not None:
             _check_insert_org(stmt, surfaces[0][1], plan.ctx.actor.org_id, _label(target))
-        return stmt
+        return
     for table in _correlated_tables(stmt.whereclause):
         if table is not target:
             plan.surfaces(table, surfaces)
-    return plan.filter(stmt, surfaces)
+    plan.filter(stmt, surfaces)
 
 
 def _check_insert_org(stmt: Insert, column: str, org: str, table: str) -> None:
@@ -253,26 +254,21 @@ def _check_insert_org(stmt: Insert, column: str, org: str, table: str) -> None:
 
 
 def _scope_tree(stmt: StmtT, plan: _Plan) -> StmtT:
-    # Bottom-up: every nested select is replaced by its scoped copy first, then the filter for
-    # this level's own FROM list is added. replacement_traverse clones what it walks, so the
-    # caller's statement is never modified.
-    def replace_nested(element: Any, **_: Any) -> Any:
-        if element is stmt:
-            return None
-        if isinstance(element, Select):
-            return _scope_tree(element, plan)
-        return None
-
-    target: visitors.ExternallyTraversible = stmt
-    rebuilt: Any = visitors.replacement_traverse(target, {}, replace_nested)
-    if isinstance(rebuilt, Select):
+    # One cloning traversal of the whole statement: every element is cloned once (a recursive
+    # CTE's reference to itself resolves to the same clone), and each select / DML clone gets the
+    # filter for its own FROM list after its children were cloned. The caller's statement is
+    # never modified.
+    def on_select(select: Select[Any]) -> None:
         surfaces: list[tuple[FromClause, str]] = []
-        for from_ in rebuilt.get_final_froms():
+        for from_ in select.get_final_froms():
             plan.surfaces(from_, surfaces)
-        return plan.filter(rebuilt, surfaces)  # type: ignore[no-any-return]
-    if isinstance(rebuilt, Update | Delete | Insert):
-        return _scope_dml(rebuilt, plan)  # type: ignore[no-any-return]
-    return rebuilt  # type: ignore[no-any-return]
+        plan.filter(select, surfaces)
+
+    def on_dml(statement: Any) -> None:
+        _scope_dml(statement, plan)
+
+    visitors_by_name = {"select": on_select, "update": on_dml, "delete": on_dml, "insert": on_dml}
+    return visitors.cloned_traverse(stmt, {}, visitors_by_name)
 
 
 def scoped(stmt: StmtT, ctx: Ctx | None = None, *, bind: Engine | Connection | None = None) -> StmtT:

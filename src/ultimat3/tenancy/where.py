@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.sql.elements import ColumnElement, Grouping
 
-__all__ = ["and_where"]
+__all__ = ["and_where", "and_where_in_place"]
 
 StmtT = TypeVar("StmtT")
 
@@ -23,8 +23,14 @@ def and_where(stmt: StmtT, *criteria: ColumnElement[bool]) -> StmtT:
     generative: Any = stmt
     existing: tuple[Any, ...] = getattr(generative, "_where_criteria", ())
     # SQLAlchemy offers no public way to rewrite criteria already added, only to append; this is
-    # the attribute `.where()` appends to (2.0 and 2.1). tests/unit/test_tenancy_guard.py fails
-    # loudly if it ever stops being honoured.
+    # the attribute `.where()` appends to (2.0 and 2.1). test_and_where_groups_existing_criteria in
+    # tests/unit/test_tenancy_enqueue.py fails loudly if it ever stops being honoured.
     copy = generative._generate()
     copy._where_criteria = tuple(Grouping(criterion) for criterion in existing)
     return copy.where(*criteria)  # type: ignore[no-any-return]
+
+
+def and_where_in_place(stmt: Any, *criteria: ColumnElement[bool]) -> None:
+    """As :func:`and_where`, on a statement the caller owns (a clone made by a traversal)."""
+    existing: tuple[Any, ...] = stmt._where_criteria
+    stmt._where_criteria = tuple(Grouping(criterion) for criterion in existing) + tuple(criteria)
