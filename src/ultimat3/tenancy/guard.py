@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy import column as sa_column
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import visitors
-from sqlalchemy.sql.dml import Delete, Insert, Update
+from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ClauseElement, ColumnClause, ColumnElement, TextClause
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import (
