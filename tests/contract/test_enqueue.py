@@ -225,3 +225,57 @@ def test_a_connection_the_driver_cannot_join_is_refused(driver: JobDriver) -> No
     with pytest.raises(DriverError):
         driver.enqueue_many([request("sync")], connection=object())
     assert driver.introspect.list() == []
+
+
+# -- limits every driver holds an enqueue to ------------------------------------------------------------
+
+
+@pytest.fixture
+def small_limits() -> object:
+    from ultimat3.jobs.drivers.limits import configure_limits, current_limits
+
+    before = current_limits()
+    yield configure_limits(max_payload_bytes=1_000, max_depth=5, max_key_length=20)
+    configure_limits(max_payload_bytes=before.max_payload_bytes, max_depth=before.max_depth,
+                     max_key_length=before.max_key_length)
+
+
+@pytest.mark.parametrize(
+    ("fields", "limit"),
+    [
+        ({"payload": {"blob": "x" * 2_000}}, "max_payload_bytes=1000"),
+        ({"payload": {"a": [[[[[[1]]]]]]}}, "max_depth=5"),
+        ({"tenant_id": "o" * 21}, "max_key_length=20"),
+        ({"idempotency_key": "k" * 21}, "max_key_length=20"),
+    ],
+    ids=["payload size", "nesting depth", "tenant id length", "key length"],
+)
+def test_each_limit_is_refused_coded_and_writes_nothing(driver: JobDriver, small_limits: object,
+                                                       fields: dict[str, object], limit: str) -> None:
+    from ultimat3.core import XError
+
+    with pytest.raises(XError) as caught:
+        enqueue(driver, **fields)  # type: ignore[arg-type]
+    assert caught.value.code == "X_LIMIT_EXCEEDED" and limit in caught.value.message
+    assert "configure_limits" in caught.value.hint
+    assert driver.introspect.list() == []
+
+
+def test_values_at_the_limits_are_accepted(driver: JobDriver, small_limits: object) -> None:
+    enqueue(driver, payload={"a": [[[1]]]}, tenant_id="o" * 20, idempotency_key="k" * 20)
+    assert len(driver.introspect.list()) == 1
+
+
+def test_a_hostile_depth_is_refused_without_exhausting_the_stack(driver: JobDriver) -> None:
+    from ultimat3.core import XError
+
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(5_000):
+        child: dict[str, object] = {}
+        node["n"] = child
+        node = child
+    with pytest.raises(XError) as caught:
+        enqueue(driver, payload=deep)
+    assert caught.value.code == "X_LIMIT_EXCEEDED"
+    assert driver.introspect.list() == []

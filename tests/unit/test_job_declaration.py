@@ -211,3 +211,58 @@ def test_non_finite_numbers_are_refused_before_writing(memory: MemoryDriver) -> 
             handle.enqueue({"value": bad}, driver=memory)
         assert caught.value.code == "X_JOB_INPUT"
     assert memory.introspect.list() == []
+
+
+# -- limits and handler signatures ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [65, 400, 950, 1_500, 10_000])
+def test_deeply_nested_input_is_one_coded_error(memory: MemoryDriver, depth: int) -> None:
+    class Free(BaseModel):
+        data: Any = None
+
+    handle = job(name="t.free", tenant="none", input=Free)(noop)
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    with pytest.raises(XError) as caught:
+        handle.enqueue({"data": value}, driver=memory)
+    assert caught.value.code == "X_LIMIT_EXCEEDED" and "max_depth" in caught.value.message
+    assert memory.introspect.list() == []
+
+
+def test_a_handler_that_cannot_take_input_ctx_step_is_refused_at_declaration() -> None:
+    def no_args() -> None:
+        return None
+
+    def four(input: Any, ctx: Any, step: Any, extra: Any) -> None:
+        return None
+
+    for bad in (no_args, four, lambda input: None):
+        with pytest.raises(XError) as caught:
+            job(name="t.bad", tenant="none")(bad)
+        assert caught.value.code == "X_JOB_HANDLER" and "t.bad" in caught.value.message
+        assert registered_jobs() == []
+
+
+def test_a_two_argument_handler_runs_without_a_step(memory: MemoryDriver) -> None:
+    import asyncio
+
+    from ultimat3.jobs import Worker
+
+    @job(name="t.two", tenant="none")
+    def two(input: Any, ctx: Ctx) -> str:
+        return "ran"
+
+    @job(name="t.star", tenant="none")
+    def star(*args: Any) -> int:
+        return len(args)
+
+    assert not two.takes_step and star.takes_step
+    first, second = two.enqueue(driver=memory), star.enqueue(driver=memory)
+    worker = Worker(memory, environment="test")
+    try:
+        asyncio.run(worker.drain())
+    finally:
+        worker.close()
+    assert [memory.introspect.get(j.id).result for j in (first, second)] == ["ran", 3]  # type: ignore[union-attr]

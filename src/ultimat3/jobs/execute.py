@@ -196,6 +196,8 @@ class AttemptRunner:
         if handle.is_async:
             astep = AsyncStep(self.driver, claimed, signal, self.clock)
             with use_ctx(ctx):
+                if not handle.takes_step:
+                    return await handle.handler(model, ctx)  # type: ignore[call-arg]
                 return await handle.handler(model, ctx, astep)  # type: ignore[arg-type]
         sstep = SyncStep(self.driver, claimed, signal, self.clock)
         loop = asyncio.get_running_loop()
@@ -203,6 +205,8 @@ class AttemptRunner:
         def call() -> Any:
             try:
                 with use_ctx(ctx):
+                    if not handle.takes_step:
+                        return handle.handler(model, ctx)  # type: ignore[call-arg]
                     return handle.handler(model, ctx, sstep)  # type: ignore[arg-type]
             finally:
                 with contextlib.suppress(RuntimeError):  # the loop is gone when nobody waits any more

@@ -19,6 +19,7 @@ from ultimat3.core.clock import to_datetime, to_seconds
 from ultimat3.core.context import Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
 from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
+from ultimat3.jobs.drivers.limits import check_depth
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
@@ -141,6 +142,8 @@ class JobHandle(Generic[InT]):
         self.priority = priority
         self.origin = origin
         self.is_async = inspect.iscoroutinefunction(handler)
+        #: False for a handler declared as ``(input, ctx)``: it is called without the step.
+        self.takes_step = True
         #: Called by the worker (from an I/O thread) once a run is dead-lettered, with the driver,
         #: the row as claimed and the error kept on it. A run can die without its handler running
         #: (its attempts spent by lost workers), so cleanup that the handler cannot do lives here.
@@ -163,10 +166,17 @@ class JobHandle(Generic[InT]):
             )
         else:
             data = value
+        # Before pydantic sees it: a hostile depth would otherwise surface as its ValueError or a
+        # RecursionError instead of one coded line.
+        check_depth(data, what=f'input of job "{self.name}"')
         try:
             return self.input_model.model_validate(data)
         except ValidationError as error:
             raise _describe_validation(self.name, error) from None
+        except (ValueError, RecursionError) as error:
+            raise JobInputError(f'job "{self.name}" input cannot be read: {type(error).__name__}: {error}',
+                                f"pass a JSON-like value its input model ({self.input_model.__name__}) accepts",
+                                field="(input)") from None
 
     def tenant_of(self, value: InT) -> str | None:
         """The org a run belongs to (``None`` for ``tenant='none'``)."""
@@ -446,6 +456,7 @@ def job(
             "decorate a function (input, ctx, step)",
             code="X_JOB_HANDLER",
         )
+        takes_step = _takes_step(name, handler)
         handle: JobHandle[Any] = JobHandle(
             name=name,
             handler=handler,
@@ -458,8 +469,30 @@ def job(
             priority=priority,
             origin=_origin_of(handler),
         )
+        handle.takes_step = takes_step
         _registry.add(handle)
         return handle
 
     return declare
+
+
+def _takes_step(name: str, handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` takes ``(input, ctx, step)`` (True) or ``(input, ctx)`` (False); anything
+    else is refused here, where it was written, not at its first run."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return True  # a builtin or C callable with no signature to read: called with all three
+    for arity in (3, 2):
+        try:
+            signature.bind(*range(arity))
+        except TypeError:
+            continue
+        return arity == 3
+    fail(
+        f'@job(name="{name}") decorates {_origin_of(handler)}{signature}, which cannot be called as '
+        "(input, ctx, step) or (input, ctx)",
+        "declare the handler as def handler(input, ctx, step) (or (input, ctx) when it records no steps)",
+        code="X_JOB_HANDLER",
+    )
 

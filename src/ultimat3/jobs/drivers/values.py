@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
 from ultimat3.jobs.driver import EnqueueRequest
+from ultimat3.jobs.drivers.limits import check_depth, current_limits, limit_error
 
 #: Bounds of the 32-bit ``integer`` columns (priority, attempt, max_attempts).
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -112,7 +113,19 @@ def check_request(request: EnqueueRequest) -> str:
     if not isinstance(request.payload, dict):
         raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
                           "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
-    return payload_text(request)
+    limits = current_limits()
+    for field in ("tenant_id", "idempotency_key"):
+        value = getattr(request, field)
+        if value is not None and len(value) > limits.max_key_length:
+            raise limit_error(f'job "{request.name}" {field}', "max_key_length", limits.max_key_length,
+                              f"is {len(value)} characters")
+    check_depth(request.payload, what=f'payload of job "{request.name}"')
+    text = payload_text(request)
+    size = len(text.encode("utf-8"))
+    if size > limits.max_payload_bytes:
+        raise limit_error(f'payload of job "{request.name}"', "max_payload_bytes", limits.max_payload_bytes,
+                          f"is {size:,} bytes of JSON")
+    return text
 
 
 def storable(text: str) -> str:
