@@ -3,29 +3,67 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from typing import cast
 
 import click
 
 from ultimat3.cli.config import Config
+from ultimat3.cli.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ultimat3.cli.main import cli
-from ultimat3.core.errors import check
+from ultimat3.core.errors import XError, check
+from ultimat3.jobs.driver import JobDriver
 from ultimat3.jobs.job import registered_jobs
 from ultimat3.jobs.worker import Worker
+
+log = logging.getLogger("ultimat3.worker")
+
+
+def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> JobDriver:
+    """The driver, retrying an unreachable database with backoff for up to ``timeout`` seconds.
+
+    A fleet often starts before its database (compose, a rolling restart): a worker that exits at
+    once makes the orchestrator restart it in a loop. Anything but "unreachable" (a bad URL, a
+    read-only file) will not heal by waiting and is raised at once, as is the last failure.
+    """
+    wait, deadline = 0.5, clock() + timeout
+    while True:
+        try:
+            return config.driver()
+        except XError as error:
+            remaining = deadline - clock()
+            if error.code != "X_DATABASE_UNREACHABLE" or remaining <= 0:
+                raise
+            pause = min(wait, remaining)
+            log.warning("database not reachable yet (%s); retrying in %.1fs, giving up in %.0fs",
+                        error.message, pause, remaining)
+            sleep(pause)
+            wait = min(wait * 2, 10.0)
 
 
 @cli.command("worker")
 @click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable). Default: all.")
-@click.option("--concurrency", default=10, show_default=True, type=int, help="Attempts run at once.")
-@click.option("--visibility-timeout", default=30.0, show_default=True, type=float,
+@click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1, 10_000),
+              help="Attempts run at once.")
+@click.option("--visibility-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a claim lives without a heartbeat before another worker may take the job.")
-@click.option("--grace", "grace", default=30.0, show_default=True, type=float,
-              help="On SIGTERM, seconds running attempts get to finish before they are released.")
-@click.option("--poll-interval", default=1.0, show_default=True, type=float,
+@click.option("--grace", "grace", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="On SIGTERM/Ctrl-C, seconds running attempts get to finish before they are released "
+                   "(a second signal releases them at once).")
+@click.option("--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between polls when idle (Postgres also wakes on NOTIFY).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
+              help="text for people, json for one object per line (job_id, job_name, queue, attempt, error...).")
+@click.option("--start-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to keep retrying an unreachable database at start (with backoff).")
+@click.option("--fail-fast", is_flag=True, help="Exit at once if the database is unreachable at start.")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
-                   grace: float, poll_interval: float, log_level: str) -> None:
+                   grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
+                   fail_fast: bool) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
     config.load_apps()
     check(
@@ -34,10 +72,11 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
         "pass --app with the module that declares your @job/backfill() (or set X_APP)",
         code="X_WORKER_NO_JOBS",
     )
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    worker = Worker(config.driver(), queues=queues or None, concurrency=concurrency,
+    configure_logging(log_level, cast(LogFormat, log_format))
+    driver = connect_with_retry(config, timeout=0 if fail_fast else start_timeout)
+    worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
                     environment=config.environment)
-    click.echo(f"worker {worker.worker_id} on {config.driver().name}: {len(worker.names)} job(s), "
+    click.echo(f"worker {worker.worker_id} on {driver.name}: {len(worker.names)} job(s), "
                f"concurrency {concurrency}", err=True)
     worker.run_forever()

@@ -18,15 +18,22 @@ from typing import Any, TypeVar
 
 from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check
-from ultimat3.jobs.driver import Ack, ClaimedJob, ClaimRequest, JobDriver
+from ultimat3.core.throttle import ThrottledLog
+from ultimat3.jobs.driver import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.signal import AbortSignal
 
 log = logging.getLogger("ultimat3.worker")
+_throttled = ThrottledLog(log)
 #: At most this many acks share one commit.
 MAX_ACK_BATCH = 100
 T = TypeVar("T")
+
+
+def _first_line(text: str | None) -> str:
+    stripped = (text or "").strip()
+    return stripped.splitlines()[0] if stripped else ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Worker:
         on_event: Callable[[WorkerEvent], None] | None = None,
         rand: Callable[[], float] = random.random,
         ack_delay: float = 0.002,
+        unknown_names_interval: float = 300.0,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -119,6 +127,7 @@ class Worker:
                                     rand=rand)
         self._active: dict[str, _Active] = {}
         self.ack_delay = ack_delay
+        self.unknown_names_interval = unknown_names_interval
         self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ack_writes: set[asyncio.Future[None]] = set()
@@ -182,22 +191,32 @@ class Worker:
                 settled = await self._ack(claimed, outcome.result)
             else:
                 settled = await self._io(outcome.settle, self.driver, claimed)
-        except Exception:
+        except Exception as error:
             # The database is unreachable: the claim lapses and another worker re-runs the job.
-            log.exception("could not settle job", extra={"job_id": job.id})
+            _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
+                               "again", job.id, job.name, _first_line(str(error)), job_id=job.id)
             settled = False
         if settled and outcome.kind == "dead":
             await self._after_dead(claimed, outcome.error)
         duration = time.monotonic() - active.started
         kind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
-        log.info(
-            "job %s %s (attempt %d, %.3fs)", job.name, kind, job.attempt, duration,
-            extra={"job_id": job.id, "job_name": job.name, "outcome": kind, "attempt": job.attempt},
-        )
+        self._log_attempt(claimed, kind, duration, outcome.error)
         self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error))
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
+
+    def _log_attempt(self, claimed: ClaimedJob, kind: str, duration: float, error: str | None) -> None:
+        job = claimed.job
+        first = _first_line(error) if kind in ("retry", "dead", "fenced", "aborted") and error else None
+        level = logging.WARNING if kind in ("retry", "fenced") else logging.ERROR if kind == "dead" else logging.INFO
+        log.log(
+            level, "job %s %s id=%s queue=%s attempt=%d/%d %.3fs%s", job.name, kind, job.id, job.queue,
+            job.attempt, job.max_attempts, duration, f" error: {first}" if first else "",
+            extra={"job_id": job.id, "job_name": job.name, "queue": job.queue, "outcome": kind,
+                   "attempt": job.attempt, "max_attempts": job.max_attempts, "duration": round(duration, 6),
+                   "error": first, "worker_id": self.worker_id},
+        )
 
     async def _ack(self, claimed: ClaimedJob, result: Any) -> bool:
         """Queue a successful attempt's ack; acks that finish together share one commit.
@@ -256,13 +275,39 @@ class Worker:
                 try:
                     alive = await self._io(self.driver.heartbeat, claimed.job.id, claimed.claim_token,
                                            self.visibility_timeout)
-                except Exception:
-                    log.warning("heartbeat failed; will retry", extra={"job_id": claimed.job.id})
+                except Exception as error:
+                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", _first_line(str(error)),
+                                       job_id=claimed.job.id)
                     continue
                 if not alive:
                     current = await self._io(self.driver.introspect.get, claimed.job.id)
                     cancelled = current is not None and current.state == "cancelled"
                     active.signal.abort("cancelled" if cancelled else "claim lost")
+
+    def unknown_names(self) -> list[WaitingName]:
+        """Jobs waiting in this worker's queues under names it does not declare: nothing here will
+        ever run them (the module that declares them was not imported, or is another service's)."""
+        known = set(self.names)
+        return [
+            waiting for waiting in self.driver.introspect.waiting_names()
+            if waiting.name not in known and (self.queues is None or waiting.queue in self.queues)
+        ]
+
+    async def _watch_unknown_names(self) -> None:
+        # At start, then every unknown_names_interval: jobs that sit there with nothing in the
+        # logs to say why are the hardest kind of stuck to find.
+        while True:
+            try:
+                for waiting in await self._io(self.unknown_names):
+                    log.warning(
+                        'queue %s holds %d job(s) named "%s" that this worker does not declare; they will wait '
+                        "until a worker that imports their module runs (check --app / X_APP)",
+                        waiting.queue, waiting.count, waiting.name,
+                        extra={"queue": waiting.queue, "job_name": waiting.name, "count": waiting.count},
+                    )
+            except Exception as error:
+                _throttled.warning("unknown-names", "could not list waiting job names (%s)", _first_line(str(error)))
+            await asyncio.sleep(self.unknown_names_interval)
 
     # -- loops ----------------------------------------------------------------------------------
 
@@ -276,6 +321,7 @@ class Worker:
         unsubscribe = self._bind()
         assert self._wake is not None
         beats = asyncio.ensure_future(self._heartbeats())
+        watch = asyncio.ensure_future(self._watch_unknown_names())
         log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
         try:
             while not self._stopping:
@@ -285,10 +331,12 @@ class Worker:
                 if free > 0:
                     try:
                         claimed = await self._claim(free)
-                    except Exception:
-                        log.exception("claim failed; backing off")
+                    except Exception as error:
+                        _throttled.warning("claim", "claim failed (%s: %s); backing off", type(error).__name__,
+                                           _first_line(str(error)))
                         await asyncio.sleep(min(5.0, self.poll_interval * 2))
                         continue
+                    _throttled.recovered("claim", "claiming works again")
                     for job in claimed:
                         self._start(job)
                 if free > 0 and len(claimed) == free:
@@ -298,6 +346,7 @@ class Worker:
             await self._shutdown()
         finally:
             beats.cancel()
+            watch.cancel()
             unsubscribe()
             self._close_pools()
 
@@ -363,10 +412,24 @@ class Worker:
     def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT, then stop gracefully. For ``x worker``."""
 
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                log.info("stopping: running attempts get %ss to finish (signal again to release them now)",
+                         self.grace_period)
+                self.stop()
+            else:
+                log.warning("second signal: releasing %d running attempt(s) now, no attempt burned",
+                            len(self._active))
+                self.release_all()
+
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for sig in (os_signal.SIGTERM, os_signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, on_signal)
             await self.run()
 
         asyncio.run(main())

@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
+from ultimat3.core.throttle import ThrottledLog
 from ultimat3.jobs.driver import (
     JOB_STATES,
     Ack,
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_throttled = ThrottledLog(_log)
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -242,7 +244,8 @@ class _Database:
                         "check that the server at X_DATABASE_URL is up; the operation may be retried",
                         code="X_DATABASE_UNREACHABLE",
                     ) from exc
-                _log.warning("PostgreSQL connection lost (%s); retrying once on a fresh one", exc)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                _throttled.warning("connection", "PostgreSQL connection lost (%s); retrying once on a fresh one", first)
                 # A restart kills every idle connection at once: drop them all, not one per call.
                 self.pool.check()
                 retrying = True

@@ -25,7 +25,10 @@ from psycopg import sql
 
 __all__ = ["WAKE_ALL", "Listener"]
 
+from ultimat3.core.throttle import ThrottledLog
+
 _log = logging.getLogger(__name__)
+_throttled = ThrottledLog(_log)
 
 #: Dispatched after (re)connecting: notifications may have been missed on every queue.
 WAKE_ALL = "*"
@@ -125,7 +128,8 @@ class Listener:
                 self._listen(missed, established)
             except Exception as exc:  # any failure: the connection is gone or unusable
                 if not self._stop.is_set():
-                    _log.warning("LISTEN %s lost (%s); reconnecting", self.channel, exc)
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    _throttled.warning("listen", "LISTEN %s lost (%s); reconnecting", self.channel, first)
             finally:
                 self._listening.clear()
                 with self._lock:
