@@ -71,7 +71,8 @@ def _wait_for(what: str, condition: Callable[[], bool], timeout: float, proc: su
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None:
-            pytest.fail(f"the process ended ({proc.returncode}) before {what}: {proc.stderr.read() if proc.stderr else ''}")
+            output = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"the process ended ({proc.returncode}) before {what}: {output}")
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
@@ -99,7 +100,7 @@ def test_ctrl_c_of_a_foreground_pass_releases_it_and_the_next_run_resumes_at_onc
         assert ledger is not None and ledger.status == "running" and ledger.batches >= 1
         started = time.monotonic()
         second = _x(url, "db", "backfill", "kill.sweep", "--wait")
-        out, err = second.communicate(timeout=120)
+        _, err = second.communicate(timeout=120)
         elapsed = time.monotonic() - started
         assert second.returncode == 0, err
         # Released, not left to lapse: the visibility timeout (30 s) never had to pass.
