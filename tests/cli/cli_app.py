@@ -85,6 +85,22 @@ needs_migration = backfill(engine="job-store",
 )
 
 
+def _boom(batch: Batch) -> None:
+    raise RuntimeError("the widget service said no\n  (and a second line the one-line error must not show)")
+
+
+boom = backfill(
+    engine="job-store",
+    name="cli.boom",
+    tenant="none",
+    source=lambda ctx: select(widgets.c.id),
+    handle=_boom,
+    retry=RetryPolicy(max_attempts=1),
+    environments=["test"],
+    rate=1000,
+)
+
+
 def seed(rows: int = 1_000) -> None:
     """(Re)create ``cli_widgets`` with ``rows`` lower-case labels across two orgs."""
     metadata.drop_all(engine())

@@ -96,7 +96,7 @@ def test_cancel_then_retry(x: X, database: str) -> None:
 
 def test_backfill_listing_pending_and_check(x: X) -> None:
     declared = as_json(x("db", "backfill", "--json"))
-    assert {d["name"] for d in declared} == {"cli.shout", "cli.staging_only", "cli.needs_migration"}
+    assert {d["name"] for d in declared} == {"cli.shout", "cli.staging_only", "cli.needs_migration", "cli.boom"}
     assert all(d["kind"] == "backfill" and d["runs"] == [] for d in declared)
     pending = as_json(x("db", "backfill", "--pending", "--json"))
     assert {p["reason"] for p in pending} == {"never-run"}
@@ -143,7 +143,8 @@ def test_enqueue_pending_honours_environment_and_requires(x: X, database: str) -
     outcome = as_json(x("db", "backfill", "--enqueue-pending", "--json"))
     assert [e["name"] for e in outcome["enqueued"]] == ["cli.shout"]
     held = {h["name"]: h["code"] for h in outcome["held"]}
-    assert held == {"cli.staging_only": "X_BACKFILL_ENVIRONMENT", "cli.needs_migration": "X_BACKFILL_REQUIRES"}
+    assert held == {"cli.staging_only": "X_BACKFILL_ENVIRONMENT", "cli.needs_migration": "X_BACKFILL_REQUIRES",
+                    "cli.boom": "X_BACKFILL_ENVIRONMENT"}
     # Enqueued twice while live: the same pass.
     again = as_json(x("db", "backfill", "--enqueue-pending", "--json"))
     assert again["enqueued"][0]["deduped"] is True
@@ -154,7 +155,7 @@ def test_enqueue_pending_honours_environment_and_requires(x: X, database: str) -
         driver.close()
     staged = as_json(x("--env", "staging", "db", "backfill", "--enqueue-pending", "--json"))
     assert {e["name"] for e in staged["enqueued"]} == {"cli.shout", "cli.staging_only", "cli.needs_migration"}
-    assert staged["held"] == []
+    assert [h["name"] for h in staged["held"]] == ["cli.boom"]
 
 
 def test_enqueue_one_backfill(x: X) -> None:
