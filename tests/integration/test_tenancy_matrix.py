@@ -267,6 +267,8 @@ SOURCES: list[tuple[str, Callable[[Ctx], Any], str | None]] = [
     ("text OR criterion", lambda ctx: sa.select(customers.c.id).where(sa.text("email IS NULL OR id > 0")), None),
     ("literal_column OR criterion",
      lambda ctx: sa.select(customers.c.id).where(sa.literal_column("id > 100 OR id > 0")), None),
+    ("or_ criterion",
+     lambda ctx: sa.select(customers.c.id).where(sa.or_(customers.c.email.is_(None), customers.c.id > 0)), None),
     ("subquery", lambda ctx: sa.select(sa.select(customers).subquery("sq").c.id), "id"),
     ("cte", lambda ctx: sa.select(sa.select(customers).cte("cc").c.id), "id"),
     ("alias of an alias", lambda ctx: sa.select(customers.alias("c1").alias("c2").c.id), None),
