@@ -31,7 +31,6 @@ COMMANDS = st.one_of(
     argv_texts.map(lambda s: ["db", "backfill", "--check", s]),
     st.just(["db", "backfill", "--check"]),
     st.just(["db", "backfill", "--pending", "--json"]),
-    st.just(["db", "backfill", "--enqueue-pending"]),
     argv_texts.map(lambda s: ["worker", "--concurrency", s, "--log-level", s]),
     argv_texts.map(lambda s: ["worker", "--log-format", s]),
     argv_texts.map(lambda s: ["worker", "--visibility-timeout", s]),

@@ -424,8 +424,12 @@ def test_an_unknown_alembic_revision_cannot_be_checked(memory: MemoryDriver, eng
     unknown = alembic_revision("zzz999", script_location=scripts, engine=engine)
     error = requirement_error(memory, "whatever", unknown)
     assert isinstance(error, MigrationError) and "zzz999" in error.message
-    missing = alembic_revision("aaa111", script_location=scripts, engine=sa.create_engine("sqlite://"))
-    assert requirement_error(memory, "whatever", missing) is not None
+    empty = sa.create_engine("sqlite://")
+    try:
+        missing = alembic_revision("aaa111", script_location=scripts, engine=empty)
+        assert requirement_error(memory, "whatever", missing) is not None
+    finally:
+        empty.dispose()  # 3.13 reports a pooled connection left to the garbage collector
 
 
 # -- keys and engines ---------------------------------------------------------------------------------
