@@ -75,7 +75,7 @@ class ScheduledPacer:
     """
 
     def __init__(self, rate: float) -> None:
-        from ultimat3.jobs.backfill_rate import RESOLUTION
+        from ultimat3.backfill.pacer import RESOLUTION
 
         self.interval = 1.0 / rate
         self.resolution = RESOLUTION
@@ -95,7 +95,7 @@ class ScheduledPacer:
 def _declare(args, stamps: list[float] | None):
     from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, select
 
-    from ultimat3.jobs.backfill import backfill
+    from ultimat3.backfill import backfill
 
     metadata = MetaData()
     bench_rows = Table(
@@ -129,8 +129,8 @@ def _declare(args, stamps: list[float] | None):
 
 
 def sweep(args) -> None:
+    from ultimat3.backfill import run_backfill
     from ultimat3.jobs import create_driver
-    from ultimat3.jobs.backfill_pass import run_backfill
 
     make_rows(args.url, args.rows)
     driver = create_driver(args.url)
@@ -185,8 +185,8 @@ def _rate_of(stamps: list[float], declared: float) -> dict:
 
 
 def pacer(args) -> None:
+    from ultimat3.backfill import run_backfill
     from ultimat3.jobs import create_driver
-    from ultimat3.jobs.backfill_pass import run_backfill
 
     make_rows(args.url, args.batches)
     driver = create_driver(args.url)
@@ -199,7 +199,7 @@ def pacer(args) -> None:
 
 
 def pacer_only(args) -> None:
-    from ultimat3.jobs.backfill_rate import Pacer
+    from ultimat3.backfill.pacer import Pacer
     from ultimat3.jobs.signal import AbortSignal
 
     pace = ScheduledPacer(args.rate) if args.variant == "scheduled" else Pacer(args.rate, "bench.pacer-only")

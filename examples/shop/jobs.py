@@ -9,9 +9,9 @@ from sqlalchemy import func, select, update
 
 from shop.db import engine
 from shop.tables import customers
+from ultimat3.backfill import Batch, backfill
 from ultimat3.core import Ctx
 from ultimat3.jobs import AsyncStep, RetryPolicy, SyncStep, job
-from ultimat3.jobs.backfill import Batch, backfill
 
 
 class Welcome(BaseModel):

@@ -7,11 +7,10 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, update
 
+from ultimat3.backfill import Batch, backfill, engine_for_url
 from ultimat3.core import Ctx
+from ultimat3.drivers import database_url
 from ultimat3.jobs import RetryPolicy, SyncStep, job
-from ultimat3.jobs.backfill import Batch, backfill
-from ultimat3.jobs.backfill_pass import engine_for_url
-from ultimat3.jobs.drivers import database_url
 from ultimat3.tenancy import tenanted
 
 metadata = MetaData()

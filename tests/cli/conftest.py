@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tests.postgres import postgres_schema
+from ultimat3.backfill import dispose_engines
 from ultimat3.cli import cli
-from ultimat3.jobs.backfill_pass import dispose_engines
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -18,8 +18,8 @@ import pytest
 from tests.cli.conftest import X
 from tests.postgres import postgres_test_url, require_postgres
 from ultimat3.core import XError
+from ultimat3.drivers.sqlite.driver import SqliteDriver
 from ultimat3.jobs import create_driver
-from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver
 
 
 def as_json(result: Any) -> Any:

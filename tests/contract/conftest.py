@@ -13,10 +13,10 @@ import pytest
 
 from tests.postgres import postgres_schema
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver
-from ultimat3.jobs.drivers.memory import MemoryDriver
-from ultimat3.jobs.drivers.postgres.driver import PostgresDriver
-from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.drivers.postgres.driver import PostgresDriver
+from ultimat3.drivers.protocol import JobDriver
+from ultimat3.drivers.sqlite.driver import SqliteDriver
 
 from .helpers import Backdoor
 

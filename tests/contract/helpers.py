@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
-from ultimat3.jobs.driver import (
+from ultimat3.drivers.protocol import (
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,

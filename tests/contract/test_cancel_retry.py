@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver, JobRecord
+from ultimat3.drivers.protocol import JobDriver, JobRecord
 from ultimat3.jobs.errors import JobDuplicateError
 
 from .helpers import (

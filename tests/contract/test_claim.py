@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import ClaimedJob, ClaimRequest, JobDriver
+from ultimat3.drivers.protocol import ClaimedJob, ClaimRequest, JobDriver
 
 from .helpers import at, claim, claim_one, dead_letter, enqueue, get, request
 

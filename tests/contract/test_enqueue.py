@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver, JobFilter
+from ultimat3.drivers.protocol import JobDriver, JobFilter
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 from .helpers import at, claim_one, dead_letter, enqueue, get, is_uuid, request
@@ -232,7 +232,7 @@ def test_a_connection_the_driver_cannot_join_is_refused(driver: JobDriver) -> No
 
 @pytest.fixture
 def small_limits() -> object:
-    from ultimat3.jobs.drivers.limits import configure_limits, current_limits
+    from ultimat3.drivers.limits import configure_limits, current_limits
 
     before = current_limits()
     yield configure_limits(max_payload_bytes=1_000, max_depth=5, max_key_length=20)

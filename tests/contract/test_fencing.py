@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver, NackRequest
+from ultimat3.drivers.protocol import JobDriver, NackRequest
 
 from .helpers import at, claim_one, enqueue, enqueue_and_claim, get
 

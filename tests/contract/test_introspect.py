@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import DEFAULT_LIST_LIMIT, JOB_STATES, JobDriver, JobFilter
+from ultimat3.drivers.protocol import DEFAULT_LIST_LIMIT, JOB_STATES, JobDriver, JobFilter
 
 from .helpers import claim_one, dead_letter, enqueue, get, suspend
 

@@ -6,7 +6,7 @@ import pytest
 
 from ultimat3.core.clock import ManualClock
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 from .helpers import at
 

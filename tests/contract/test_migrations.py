@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 from .helpers import at
 

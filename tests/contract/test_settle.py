@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ultimat3.core.clock import ManualClock
-from ultimat3.jobs.driver import JobDriver, NackRequest
+from ultimat3.drivers.protocol import JobDriver, NackRequest
 
 from .helpers import Backdoor, at, claim, claim_one, dead_letter, enqueue, enqueue_and_claim, get, retry_later, suspend
 
@@ -145,7 +145,7 @@ def test_suspension_stores_an_error_when_given(driver: JobDriver) -> None:
 
 
 def test_ack_many_settles_each_job_under_its_own_fence(driver: JobDriver, clock: ManualClock) -> None:
-    from ultimat3.jobs.driver import Ack
+    from ultimat3.drivers.protocol import Ack
 
     for n in range(4):
         enqueue(driver, payload={"n": n})
@@ -175,7 +175,7 @@ def test_ack_many_refuses_a_result_it_cannot_store_before_writing(driver: JobDri
     import pytest
 
     from ultimat3.core.errors import XError
-    from ultimat3.jobs.driver import Ack
+    from ultimat3.drivers.protocol import Ack
 
     enqueue(driver)
     enqueue(driver)
@@ -196,7 +196,7 @@ def test_a_done_job_carries_no_error_from_an_earlier_attempt(driver: JobDriver) 
 
 
 def test_a_done_job_from_ack_many_carries_no_stale_error(driver: JobDriver) -> None:
-    from ultimat3.jobs.driver import Ack
+    from ultimat3.drivers.protocol import Ack
 
     first = enqueue_and_claim(driver)
     assert driver.nack(first.job.id, first.claim_token, retry_later(error="boom"))

@@ -9,7 +9,7 @@ import pytest
 
 from ultimat3.core.clock import ManualClock
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import JobDriver, StepRecord
+from ultimat3.drivers.protocol import JobDriver, StepRecord
 
 from .helpers import at, claim_one, enqueue_and_claim, retry_later
 

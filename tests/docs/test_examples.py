@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ultimat3.backfill.registry import get_backfill, registered_backfills
 from ultimat3.jobs import isolated_registry
-from ultimat3.jobs.backfill_registry import get_backfill, registered_backfills
 
 ROOT = Path(__file__).resolve().parents[2]
 

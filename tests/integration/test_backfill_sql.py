@@ -16,21 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from tests.postgres import postgres_database
 
+from ultimat3.backfill import BackfillInput, Batch, backfill, dispose_engines, engine_for_url
 from ultimat3.core import Ctx
-from ultimat3.jobs import (
-    BackfillInput,
-    Batch,
-    JobDriver,
-    JobHandle,
-    RetryPolicy,
-    SyncStep,
-    Worker,
-    backfill,
-    isolated_registry,
-    job,
-)
-from ultimat3.jobs.backfill_pass import dispose_engines, engine_for_url
-from ultimat3.jobs.drivers import create_driver
+from ultimat3.drivers import create_driver
+from ultimat3.jobs import JobDriver, JobHandle, RetryPolicy, SyncStep, Worker, isolated_registry, job
 from ultimat3.tenancy import scoped, tenanted
 
 ROWS = 10_500

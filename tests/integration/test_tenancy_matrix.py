@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from tests.postgres import postgres_schema
 
+from ultimat3.backfill import Batch, backfill, dispose_engines
 from ultimat3.core import CROSS_TENANT_SCOPE, Actor, Ctx, Grant, XError
-from ultimat3.jobs import Batch, JobDriver, Worker, backfill, isolated_registry
-from ultimat3.jobs.backfill_pass import dispose_engines
-from ultimat3.jobs.drivers import create_driver
+from ultimat3.drivers import create_driver
+from ultimat3.jobs import JobDriver, Worker, isolated_registry
 from ultimat3.tenancy import scoped, tenanted
 
 metadata = sa.MetaData()

@@ -13,8 +13,8 @@ import time
 
 import sqlalchemy as sa
 
-from ultimat3.jobs import Batch, RetryPolicy, Worker, backfill, create_driver
-from ultimat3.jobs.backfill_pass import engine_for_url
+from ultimat3.backfill import Batch, backfill, engine_for_url
+from ultimat3.jobs import RetryPolicy, Worker, create_driver
 from ultimat3.tenancy import operator_context
 
 ROWS = 10_000

@@ -24,8 +24,9 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from ultimat3.backfill import Batch, backfill
 from ultimat3.core import Ctx
-from ultimat3.jobs import Batch, JobHandle, RetryPolicy, SyncStep, backfill, job
+from ultimat3.jobs import JobHandle, RetryPolicy, SyncStep, job
 
 #: Generous: a job whose workers keep getting killed must not run out of attempts (each claim of a
 #: killed worker burns one), and an app write refused by a locked/restarting database retries fast.

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     global _worker
     signal.signal(signal.SIGTERM, _early_sigterm)
     from tests.process import chaos_app
+    from ultimat3.drivers import create_driver
     from ultimat3.jobs import Worker, WorkerEvent
-    from ultimat3.jobs.drivers import create_driver
 
     parser = argparse.ArgumentParser(prog="chaos_worker")
     parser.add_argument("--url", required=True)

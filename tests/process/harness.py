@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.postgres import postgres_schema, postgres_test_url, require_postgres, unavailable, with_params
-from ultimat3.jobs.driver import JOB_STATES, JobDriver
+from ultimat3.drivers.protocol import JOB_STATES, JobDriver
 
 __all__ = ["Fleet", "job_counts", "postgres_schema", "postgres_test_url", "require_postgres", "unavailable",
            "wait_for", "with_params"]

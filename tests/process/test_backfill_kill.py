@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.postgres import postgres_database
-from ultimat3.jobs.drivers import create_driver
+from ultimat3.drivers import create_driver
 
 pytestmark = pytest.mark.process
 

@@ -21,9 +21,9 @@ import pytest
 
 from tests.process import chaos_app
 from tests.process.harness import Fleet, postgres_schema, wait_for
+from ultimat3.drivers import create_driver
+from ultimat3.drivers.protocol import JobDriver
 from ultimat3.jobs import NackRequest, isolated_registry
-from ultimat3.jobs.driver import JobDriver
-from ultimat3.jobs.drivers import create_driver
 
 pytestmark = pytest.mark.process
 

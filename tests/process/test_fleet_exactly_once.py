@@ -11,8 +11,8 @@ import pytest
 
 from tests.process import chaos_app
 from tests.process.harness import Fleet, job_counts, postgres_schema, wait_for
+from ultimat3.drivers import create_driver
 from ultimat3.jobs import isolated_registry
-from ultimat3.jobs.drivers import create_driver
 
 pytestmark = pytest.mark.process
 

@@ -21,8 +21,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.postgres import postgres_database
-from ultimat3.jobs.backfill_pass import engine_for_url
-from ultimat3.jobs.drivers import create_driver
+from ultimat3.backfill import engine_for_url
+from ultimat3.drivers import create_driver
 
 pytestmark = pytest.mark.process
 

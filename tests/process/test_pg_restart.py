@@ -18,8 +18,8 @@ import pytest
 
 from tests.process import chaos_app
 from tests.process.harness import Fleet, job_counts, postgres_schema, postgres_test_url, wait_for
+from ultimat3.drivers import create_driver
 from ultimat3.jobs import isolated_registry
-from ultimat3.jobs.drivers import create_driver
 
 pytestmark = [pytest.mark.process, pytest.mark.postgres]
 

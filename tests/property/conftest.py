@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.process.harness import postgres_schema
-from ultimat3.jobs.driver import JobDriver
-from ultimat3.jobs.drivers import create_driver
+from ultimat3.drivers import create_driver
+from ultimat3.drivers.protocol import JobDriver
 
 DRIVERS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 #: What another process (the CLI) can open: memory:// lives inside one process only.

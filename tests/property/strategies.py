@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 #: Modest: every property runs on three drivers and the suite must stay fast. deadline=None: a
 #: database round trip is not a performance bug. No example database: nothing written to the tree.

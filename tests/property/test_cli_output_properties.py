@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ultimat3.cli import cli
 from ultimat3.cli.render import visible
-from ultimat3.jobs.driver import ClaimRequest, EnqueueRequest, JobDriver, NackRequest
+from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver, NackRequest
 
 from .strategies import PROPERTY
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ultimat3.cli import cli
-from ultimat3.jobs.driver import EnqueueRequest, JobDriver
+from ultimat3.drivers.protocol import EnqueueRequest, JobDriver
 
 from .strategies import NASTY, PROPERTY, argv_texts
 

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ultimat3.backfill import backfill
 from ultimat3.core.errors import XError
-from ultimat3.jobs import RetryPolicy, backfill, isolated_registry, job, registered_jobs
-from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import RetryPolicy, isolated_registry, job, registered_jobs
 
 from .strategies import PROPERTY, assert_coded
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from ultimat3.core.errors import XError
+from ultimat3.drivers.protocol import EnqueueRequest, JobDriver, JobFilter
 from ultimat3.jobs import RetryPolicy, isolated_registry, job
-from ultimat3.jobs.driver import EnqueueRequest, JobDriver, JobFilter
 
 from .strategies import NASTY, PROPERTY, assert_coded, payloads, same_json, texts, total_jobs
 

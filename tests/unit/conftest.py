@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from ultimat3.core import ManualClock
+from ultimat3.drivers.memory import MemoryDriver
 from ultimat3.jobs import isolated_registry
-from ultimat3.jobs.drivers.memory import MemoryDriver
 
 
 @pytest.fixture(autouse=True)

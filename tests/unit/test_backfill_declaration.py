@@ -15,19 +15,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from ultimat3.backfill import BackfillInput, Batch, alembic_revision, backfill, backfill_origin
+from ultimat3.backfill.checksum import backfill_checksum, code_fingerprint
 from ultimat3.core import XError
-from ultimat3.jobs import (
-    BackfillInput,
-    Batch,
-    JobHandle,
-    alembic_revision,
-    backfill,
-    backfill_origin,
-    get_job,
-    registered_jobs,
-)
-from ultimat3.jobs.backfill_checksum import backfill_checksum, code_fingerprint
-from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import JobHandle, get_job, registered_jobs
 
 metadata = sa.MetaData()
 posts = sa.Table(
@@ -240,7 +232,7 @@ def test_without_source_text_the_code_object_is_hashed() -> None:
 
 APP = """
 import sqlalchemy as sa
-from ultimat3.jobs import backfill
+from ultimat3.backfill import backfill
 
 t = sa.Table("t", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
 
@@ -259,7 +251,7 @@ lam = backfill(
 """
 
 PRINT = (
-    "import json, app; from ultimat3.jobs import backfill_origin, get_job; "
+    "import json, app; from ultimat3.backfill import backfill_origin; from ultimat3.jobs import get_job; "
     "print(json.dumps([backfill_origin(get_job(n)).checksum for n in ('t.fill', 't.lam')]))"
 )
 

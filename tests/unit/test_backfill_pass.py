@@ -14,13 +14,25 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ultimat3.core import ManualClock, XError, use_ctx
-from ultimat3.jobs import (
-    AbortSignal,
+from ultimat3.backfill import (
     BackfillInput,
     BackfillProgress,
     BackfillReport,
     Batch,
+    add_progress_listener,
+    alembic_revision,
+    backfill,
+    backfill_origin,
+    dry_run,
+    requirement_error,
+    run_backfill,
+    run_pass,
+)
+from ultimat3.backfill.requires import MigrationError
+from ultimat3.core import ManualClock, XError, use_ctx
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import (
+    AbortSignal,
     ClaimedJob,
     ClaimRequest,
     JobAbortedError,
@@ -28,17 +40,8 @@ from ultimat3.jobs import (
     RetryPolicy,
     SyncStep,
     Worker,
-    add_progress_listener,
-    alembic_revision,
-    backfill,
-    backfill_origin,
-    dry_run,
-    run_backfill,
 )
-from ultimat3.jobs.backfill_pass import run_pass
-from ultimat3.jobs.drivers.memory import MemoryDriver
 from ultimat3.jobs.execute import run_ctx
-from ultimat3.jobs.migrations import MigrationError, requirement_error
 
 ROWS = 25
 RETRY_NOW = RetryPolicy(max_attempts=3, base=0, jitter=0)

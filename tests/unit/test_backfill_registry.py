@@ -8,20 +8,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ultimat3.core import Ctx
-from ultimat3.jobs import (
-    SyncStep,
+from ultimat3.backfill import (
     alembic_revision,
     backfill,
     backfill_origin,
     declaration_of,
     get_backfill,
     is_backfill,
-    isolated_registry,
-    job,
     registered_backfills,
-    registered_jobs,
 )
+from ultimat3.core import Ctx
+from ultimat3.jobs import SyncStep, isolated_registry, job, registered_jobs
 
 items = sa.Table("items", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
 

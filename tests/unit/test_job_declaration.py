@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from ultimat3.core import Actor, Ctx, ManualClock, XError, use_ctx
 from ultimat3.core.context import CROSS_TENANT_SCOPE
+from ultimat3.drivers.memory import MemoryDriver
 from ultimat3.jobs import JobDuplicateError, JobFilter, RetryPolicy, get_job, job, registered_jobs
-from ultimat3.jobs.drivers.memory import MemoryDriver
 from ultimat3.tenancy import granted
 
 

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from ultimat3.backfill import DEFAULT_BACKFILL_BATCH, DEFAULT_BACKFILL_RATE, Pacer
+from ultimat3.backfill.pacer import RESOLUTION
 from ultimat3.core import ManualClock, XError
-from ultimat3.jobs import DEFAULT_BACKFILL_BATCH, DEFAULT_BACKFILL_RATE, AbortSignal, JobAbortedError, Pacer
-from ultimat3.jobs.backfill_rate import RESOLUTION
+from ultimat3.jobs import AbortSignal, JobAbortedError
 
 
 class RecordingSleep:

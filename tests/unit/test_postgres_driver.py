@@ -20,10 +20,10 @@ import psycopg
 import pytest
 
 from ultimat3.core.clock import ManualClock, system_clock, to_datetime
-from ultimat3.jobs.driver import ClaimRequest, EnqueueRequest, JobDriver
-from ultimat3.jobs.drivers.postgres.driver import PostgresDriver, conninfo_from_url
-from ultimat3.jobs.drivers.postgres.listener import WAKE_ALL
-from ultimat3.jobs.drivers.postgres.queries import QUERIES, load_migrations, parse_queries
+from ultimat3.drivers.postgres.driver import PostgresDriver, conninfo_from_url
+from ultimat3.drivers.postgres.listener import WAKE_ALL
+from ultimat3.drivers.postgres.queries import QUERIES, load_migrations, parse_queries
+from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 pytestmark = pytest.mark.postgres

@@ -21,13 +21,13 @@ import sqlalchemy as sa
 
 from ultimat3.core.clock import ManualClock
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import ClaimRequest, EnqueueRequest, JobDriver
-from ultimat3.jobs.drivers import create_driver
-from ultimat3.jobs.drivers.sqlite._sql import parse_queries, split_statements
-from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver, sqlite_path
+from ultimat3.drivers import create_driver
+from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver
+from ultimat3.drivers.sqlite._sql import parse_queries, split_statements
+from ultimat3.drivers.sqlite.driver import SqliteDriver, sqlite_path
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "ultimat3" / "jobs" / "drivers"
+SRC = Path(__file__).resolve().parents[2] / "src" / "ultimat3" / "drivers"
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_schema_has_the_postgres_tables_columns_and_indexes(driver: SqliteDriver
 
 def test_claim_reads_the_claim_indexes_instead_of_sorting(driver: SqliteDriver) -> None:
     conn = driver._connection()
-    from ultimat3.jobs.drivers.sqlite._sql import QUERIES
+    from ultimat3.drivers.sqlite._sql import QUERIES
 
     for name, queues in (("claim", None), ("claim_queues", '["default"]')):
         params = {"worker_id": "w", "limit": 10, "now": 0.0, "visible_at": 30.0, "queues": queues, "names": None}

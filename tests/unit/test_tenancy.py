@@ -12,20 +12,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ultimat3.backfill import BackfillInput, Batch, backfill, backfill_origin, run_pass
 from ultimat3.core import CROSS_TENANT_SCOPE, Actor, Ctx, Grant, ManualClock, XError, current_ctx, use_ctx
-from ultimat3.jobs import (
-    AbortSignal,
-    BackfillInput,
-    Batch,
-    ClaimRequest,
-    SyncStep,
-    Worker,
-    backfill,
-    backfill_origin,
-    job,
-)
-from ultimat3.jobs.backfill_pass import run_pass
-from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import AbortSignal, ClaimRequest, SyncStep, Worker, job
 from ultimat3.jobs.execute import run_ctx
 from ultimat3.tenancy import NO_CROSS_TENANT_REASON, cross_tenant, scoped, tenant_column, tenanted
 

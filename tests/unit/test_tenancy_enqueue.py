@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from ultimat3.backfill import backfill
 from ultimat3.core import CROSS_TENANT_SCOPE, Actor, Ctx, XError, current_ctx, use_ctx
-from ultimat3.jobs import EnqueueRequest, SyncStep, Worker, backfill, job
-from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import EnqueueRequest, SyncStep, Worker, job
 from ultimat3.tenancy import and_where, granted, operator_context
 
 

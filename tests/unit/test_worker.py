@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from ultimat3.core import Ctx, ManualClock, XError, current_ctx
+from ultimat3.drivers.memory import MemoryDriver
 from ultimat3.jobs import (
     AsyncStep,
     JobAbortedError,
@@ -21,7 +22,6 @@ from ultimat3.jobs import (
     WorkerEvent,
     job,
 )
-from ultimat3.jobs.drivers.memory import MemoryDriver
 
 NO_JITTER = RetryPolicy(max_attempts=3, base=10, factor=2, cap=60, jitter=0)
 

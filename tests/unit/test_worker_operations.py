@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from ultimat3.backfill import BackfillProgress, BackfillReport, add_progress_listener, backfill, run_backfill
 from ultimat3.cli.config import Config
 from ultimat3.cli.logs import JsonFormatter
 from ultimat3.cli.worker import connect_with_retry
 from ultimat3.core import Ctx, ManualClock, XError
 from ultimat3.core.throttle import ThrottledLog
-from ultimat3.jobs import ClaimRequest, RetryPolicy, SyncStep, Worker, backfill, job
-from ultimat3.jobs.backfill_pass import BackfillProgress, BackfillReport, add_progress_listener, run_backfill
-from ultimat3.jobs.drivers.memory import MemoryDriver
+from ultimat3.drivers.memory import MemoryDriver
+from ultimat3.jobs import ClaimRequest, RetryPolicy, SyncStep, Worker, job
 
 
 def drain(driver: MemoryDriver) -> None:

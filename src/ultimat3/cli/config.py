@@ -15,8 +15,8 @@ import psycopg
 
 from ultimat3.core.context import Environment, parse_environment
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import JobDriver
-from ultimat3.jobs.drivers import create_driver, database_url, redact_urls
+from ultimat3.drivers import create_driver, database_url, redact_urls
+from ultimat3.drivers.protocol import JobDriver
 
 __all__ = ["Config", "database_errors", "import_apps", "redact", "redact_urls"]
 

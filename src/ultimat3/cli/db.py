@@ -6,11 +6,11 @@ from typing import Any
 
 import click
 
+from ultimat3.backfill.gate import PendingBackfill, backfill_status, hold_reason, pending_backfills
 from ultimat3.cli.config import Config
 from ultimat3.cli.main import cli
 from ultimat3.cli.render import cell, console, emit_json, run_json, say, short_time
 from ultimat3.core.errors import XError
-from ultimat3.jobs.backfill_gate import PendingBackfill, backfill_status, hold_reason, pending_backfills
 from ultimat3.jobs.duration import parse_duration
 
 
@@ -152,7 +152,7 @@ def _list_all(config: Config, as_json: bool) -> None:
 
 
 def _resolve(name: str) -> Any:
-    from ultimat3.jobs.backfill_registry import get_backfill, registered_backfills
+    from ultimat3.backfill.registry import get_backfill, registered_backfills
 
     handle = get_backfill(name)
     if handle is None:
@@ -164,7 +164,7 @@ def _resolve(name: str) -> Any:
 
 
 def _enqueue_pending(config: Config, as_json: bool, *, allow_none: bool) -> None:
-    from ultimat3.jobs.backfill_registry import get_backfill
+    from ultimat3.backfill.registry import get_backfill
 
     driver = config.driver()
     enqueued, held = [], []
@@ -195,8 +195,8 @@ def _enqueue_pending(config: Config, as_json: bool, *, allow_none: bool) -> None
 
 
 def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, as_json: bool) -> None:
-    from ultimat3.jobs.backfill_pass import dry_run as plan_dry_run
-    from ultimat3.jobs.backfill_registry import declaration_of
+    from ultimat3.backfill import dry_run as plan_dry_run
+    from ultimat3.backfill.registry import declaration_of
 
     handle = _resolve(name)
     driver = config.driver()

@@ -20,7 +20,7 @@ from ultimat3.cli.render import (
     steps_table,
 )
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import DEFAULT_LIST_LIMIT, FINAL_STATES, JOB_STATES, JobFilter, JobRecord
+from ultimat3.drivers.protocol import DEFAULT_LIST_LIMIT, FINAL_STATES, JOB_STATES, JobFilter, JobRecord
 
 
 def _get(config: Config, job_id: str) -> JobRecord:

@@ -20,7 +20,7 @@ from ultimat3.cli.render import console, err_console, run_json, say, visible
 
 def run_in_foreground(config: Config, handle: Any, *, force: bool, quiet: bool) -> Any:
     """Enqueue (or join) the pass and run it in this process until it settles; returns its report."""
-    from ultimat3.jobs.backfill_pass import BackfillProgress, add_progress_listener, dry_run, run_backfill
+    from ultimat3.backfill import BackfillProgress, add_progress_listener, dry_run, run_backfill
 
     driver = config.driver()
     plan = config.call(dry_run, handle, driver, config.environment)

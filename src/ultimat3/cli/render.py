@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ultimat3.jobs.driver import BackfillRun, JobRecord, QueueStats, StepRecord
+from ultimat3.drivers.protocol import BackfillRun, JobRecord, QueueStats, StepRecord
 
 # Piped output (CI logs, `| less`) gets a readable width instead of rich's 80-column default.
 _PIPE_WIDTH = 160

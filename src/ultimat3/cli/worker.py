@@ -13,7 +13,7 @@ from ultimat3.cli.config import Config
 from ultimat3.cli.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ultimat3.cli.main import cli
 from ultimat3.core.errors import XError, check
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 from ultimat3.jobs.job import registered_jobs
 from ultimat3.jobs.worker import Worker
 

@@ -1,25 +1,8 @@
-"""Durable background jobs: declarations, steps, drivers, the worker and backfills."""
+"""Durable background jobs: declarations, steps, the attempt runner and the worker (backfills, one
+layer up, are in :mod:`ultimat3.backfill`; storage, one layer down, in :mod:`ultimat3.drivers`)."""
 
-from ultimat3.jobs.backfill import DEFAULT_BACKFILL_BATCH, BackfillDefinition, BackfillInput, backfill
-from ultimat3.jobs.backfill_pass import (
-    BackfillError,
-    BackfillProgress,
-    BackfillReport,
-    Batch,
-    DryRun,
-    add_progress_listener,
-    dry_run,
-    run_backfill,
-)
-from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer
-from ultimat3.jobs.backfill_registry import (
-    backfill_origin,
-    declaration_of,
-    get_backfill,
-    is_backfill,
-    registered_backfills,
-)
-from ultimat3.jobs.driver import (
+from ultimat3.drivers import create_driver, database_url
+from ultimat3.drivers.protocol import (
     DEFAULT_QUEUE,
     FINAL_STATES,
     JOB_STATES,
@@ -35,7 +18,6 @@ from ultimat3.jobs.driver import (
     NackRequest,
     QueueStats,
 )
-from ultimat3.jobs.drivers import create_driver, database_url
 from ultimat3.jobs.errors import (
     DriverError,
     JobAbortedError,
@@ -45,14 +27,6 @@ from ultimat3.jobs.errors import (
     UnknownJobError,
 )
 from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
-from ultimat3.jobs.migrations import (
-    AlembicRevision,
-    MigrationRequirement,
-    RequirementNotApplied,
-    XMigration,
-    alembic_revision,
-    x_migration,
-)
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
 from ultimat3.jobs.runtime import get_driver, set_driver
 from ultimat3.jobs.signal import AbortSignal
@@ -60,8 +34,6 @@ from ultimat3.jobs.steps import AsyncStep, SyncStep
 from ultimat3.jobs.worker import Worker, WorkerEvent
 
 __all__ = [
-    "DEFAULT_BACKFILL_BATCH",
-    "DEFAULT_BACKFILL_RATE",
     "DEFAULT_QUEUE",
     "DEFAULT_RETRY",
     "FINAL_STATES",
@@ -69,18 +41,10 @@ __all__ = [
     "LIVE_STATES",
     "NO_TENANT",
     "AbortSignal",
-    "AlembicRevision",
     "AsyncStep",
-    "BackfillDefinition",
-    "BackfillError",
-    "BackfillInput",
-    "BackfillProgress",
-    "BackfillReport",
-    "Batch",
     "ClaimRequest",
     "ClaimedJob",
     "DriverError",
-    "DryRun",
     "EnqueueRequest",
     "EnqueueResult",
     "JobAbortedError",
@@ -91,36 +55,21 @@ __all__ = [
     "JobInputError",
     "JobRecord",
     "JobState",
-    "MigrationRequirement",
     "NackRequest",
     "NoInput",
-    "Pacer",
     "QueueStats",
-    "RequirementNotApplied",
     "RetryPolicy",
     "StepDuplicateError",
     "SyncStep",
     "UnknownJobError",
     "Worker",
     "WorkerEvent",
-    "XMigration",
-    "add_progress_listener",
-    "alembic_revision",
-    "backfill",
-    "backfill_origin",
     "create_driver",
     "database_url",
-    "declaration_of",
-    "dry_run",
-    "get_backfill",
     "get_driver",
     "get_job",
-    "is_backfill",
     "isolated_registry",
     "job",
-    "registered_backfills",
     "registered_jobs",
-    "run_backfill",
     "set_driver",
-    "x_migration",
 ]

@@ -18,8 +18,8 @@ from pydantic_core import to_jsonable_python
 from ultimat3.core.clock import Clock
 from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import ClaimedJob, JobDriver, NackRequest
-from ultimat3.jobs.drivers.values import storable, strict_dumps
+from ultimat3.drivers.protocol import ClaimedJob, JobDriver, NackRequest
+from ultimat3.drivers.values import storable, strict_dumps
 from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.job import JobHandle, get_job
 from ultimat3.jobs.signal import AbortSignal

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ultimat3.core.clock import to_datetime, to_seconds
 from ultimat3.core.context import Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
-from ultimat3.jobs.driver import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
-from ultimat3.jobs.drivers.limits import check_depth
+from ultimat3.drivers.limits import check_depth
+from ultimat3.drivers.protocol import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 _lock = threading.Lock()
 _driver: JobDriver | None = None
@@ -22,7 +22,7 @@ def get_driver() -> JobDriver:
     global _driver
     with _lock:
         if _driver is None:
-            from ultimat3.jobs.drivers import create_driver
+            from ultimat3.drivers import create_driver
 
             _driver = create_driver()
         return _driver

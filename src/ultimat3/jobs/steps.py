@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic_core import to_jsonable_python
 
 from ultimat3.core.clock import Clock, to_datetime
-from ultimat3.jobs.driver import ClaimedJob, JobDriver, StepRecord
+from ultimat3.drivers.protocol import ClaimedJob, JobDriver, StepRecord
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import StepDuplicateError, StepResultError
 from ultimat3.jobs.signal import AbortSignal

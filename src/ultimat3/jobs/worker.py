@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check
 from ultimat3.core.throttle import ThrottledLog
-from ultimat3.jobs.driver import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName
+from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.signal import AbortSignal

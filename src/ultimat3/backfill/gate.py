@@ -10,13 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ultimat3.backfill.checks import requirement_error
+from ultimat3.backfill.registry import registered_backfills
 from ultimat3.core.context import Environment
 from ultimat3.core.errors import XError
-from ultimat3.jobs.backfill_registry import registered_backfills
-from ultimat3.jobs.driver import BackfillRun, JobDriver
-from ultimat3.jobs.migrations import requirement_error
+from ultimat3.drivers.protocol import BackfillRun, JobDriver
 
-__all__ = ["BackfillStatusRow", "PendingBackfill", "backfill_status", "hold_reason", "pending_backfills"]
+__all__ = [
+    "BackfillStatusRow",
+    "PendingBackfill",
+    "backfill_status",
+    "hold_reason",
+    "pending_backfills",
+]
 
 PendingReason = Literal["never-run", "checksum-changed"]
 

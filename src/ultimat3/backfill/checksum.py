@@ -21,7 +21,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["backfill_checksum", "code_fingerprint"]
+__all__ = [
+    "backfill_checksum",
+    "code_fingerprint",
+]
 
 #: Hex digits kept: plenty to tell two versions of one backfill apart, short enough to print.
 CHECKSUM_LENGTH = 16

@@ -2,88 +2,45 @@
 
 A FACTORY over :func:`~ultimat3.jobs.job.job`, not a second primitive: a backfill is durable
 background work with an input, a retry policy, an idempotency key and a queue, which is what a
-job is. So enqueue, cancel, retry, dead-letter and ``x jobs show`` work on it unchanged. This
-module declares; ``backfill_pass`` runs; ``backfill_rate`` paces; ``backfill_registry``
-enumerates; ``backfill_scope`` grants the cross-tenant capability.
-"""
+job is. So enqueue, cancel, retry, dead-letter and ``x jobs show`` work on it unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from ultimat3.backfill.checksum import backfill_checksum
+from ultimat3.backfill.definition import (
+    DEFAULT_BACKFILL_BATCH,
+    JOB_STORE,
+    BackfillDefinition,
+    BackfillInput,
+    Count,
+    EngineSource,
+    Handle,
+    Source,
+)
+from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
+from ultimat3.backfill.registry import _stamp
+from ultimat3.backfill.requires import MigrationRequirement, as_requirement
+from ultimat3.backfill.sweep import run_pass
 from ultimat3.core.clock import Clock
 from ultimat3.core.context import ENVIRONMENTS, Ctx, Environment
 from ultimat3.core.errors import check
-from ultimat3.jobs.backfill_checksum import backfill_checksum
-from ultimat3.jobs.backfill_pass import JOB_STORE, Batch, run_pass
-from ultimat3.jobs.backfill_rate import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
-from ultimat3.jobs.backfill_registry import _stamp
-from ultimat3.jobs.driver import DEFAULT_QUEUE, JobDriver, JobRecord
+from ultimat3.drivers.protocol import DEFAULT_QUEUE, JobDriver, JobRecord
 from ultimat3.jobs.duration import DurationInput
 from ultimat3.jobs.job import NO_TENANT, JobHandle, Tenant, job
-from ultimat3.jobs.migrations import MigrationRequirement, as_requirement
 from ultimat3.jobs.retry import RetryPolicy
 from ultimat3.jobs.steps import SyncStep
 
-if TYPE_CHECKING:
-    from sqlalchemy.sql.selectable import Select
-
 __all__ = [
-    "DEFAULT_BACKFILL_BATCH",
-    "DEFAULT_BACKFILL_RATE",
-    "BackfillDefinition",
-    "BackfillInput",
     "backfill",
 ]
 
-#: Rows per page and per durable step: one statement's worth of work that an attempt can still
-#: finish well inside its claim. Smaller batches mean many more step rows for the same sweep.
-DEFAULT_BACKFILL_BATCH = 1000
-
-#: ``source(ctx)``: the rows to visit, as a select built afresh for every page.
-Source = Callable[[Ctx], "Select[*tuple[Any, ...]]"]
-#: ``handle(batch)``: sync, or async (awaited on the pass's own loop).
-Handle = Callable[[Batch], object]
-#: ``count(ctx)``: rows still matching — an int (possibly awaited) or a select that is counted.
-Count = Callable[[Ctx], object]
-EngineSource = Engine | Callable[[], Engine] | Literal["job-store"]
-
 _MISSING: Any = object()
-
-
-class BackfillInput(BaseModel):
-    """A backfill's whole payload. What to visit is declared, never enqueued, so a queued row
-    cannot drift from the code; ``force`` only decides whether a name the ledger already records
-    as completed runs a SECOND pass (written as a new ledger row — history is kept)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    force: bool = False
-
-
-@dataclass(frozen=True, eq=False)
-class BackfillDefinition:
-    """Everything :func:`backfill` knows that a :class:`JobHandle` has no field for."""
-
-    name: str
-    tenant: Tenant
-    source: Source
-    handle: Handle
-    batch: int
-    rate: float
-    checksum: str
-    pacer: Pacer
-    requires: MigrationRequirement | None = None
-    environments: tuple[Environment, ...] | None = None
-    count: Count | None = None
-    engine: EngineSource | None = None
-    key: ColumnElement[Any] | str | None = None
 
 
 def _validate_environments(name: str, environments: Iterable[str] | None) -> tuple[Environment, ...] | None:
@@ -144,7 +101,7 @@ def backfill(
       ``handle(batch)``: sync or async, idempotent (one batch may be handled twice).
     - ``batch``: rows per page/step, a whole number >= 1. ``rate``: batches per second, finite
       and > 0 (fractions allowed); there is no unthrottled mode.
-    - ``requires``: an ``x_migrations`` id, or :func:`~ultimat3.jobs.migrations.alembic_revision`.
+    - ``requires``: an ``x_migrations`` id, or :func:`~ultimat3.backfill.requires.alembic_revision`.
       ``environments``: where it may run (omitted: everywhere). ``count(ctx)``: rows still
       matching, checked when the source is exhausted (``X_BACKFILL_STALLED``) and used by dry
       runs. Return a select and it is scoped to the pass's tenant and counted for you; return an

@@ -35,7 +35,10 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.core.throttle import ThrottledLog
-from ultimat3.jobs.driver import (
+from ultimat3.drivers.errors import DriverError, JobDuplicateError, StepResultError
+from ultimat3.drivers.postgres.listener import Listener
+from ultimat3.drivers.postgres.queries import QUERIES, load_migrations
+from ultimat3.drivers.protocol import (
     JOB_STATES,
     Ack,
     BackfillRun,
@@ -54,9 +57,7 @@ from ultimat3.jobs.driver import (
     WaitingName,
     WakeCallback,
 )
-from ultimat3.jobs.drivers.postgres.listener import Listener
-from ultimat3.jobs.drivers.postgres.queries import QUERIES, load_migrations
-from ultimat3.jobs.drivers.values import (
+from ultimat3.drivers.values import (
     check_request,
     check_step_name,
     fenced_key,
@@ -68,7 +69,6 @@ from ultimat3.jobs.drivers.values import (
     strict_dumps,
     unknown_key,
 )
-from ultimat3.jobs.errors import DriverError, JobDuplicateError, StepResultError
 
 __all__ = [
     "DEFAULT_CHANNEL",
@@ -366,7 +366,7 @@ class PostgresStepStore:
         """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
 
         ``True`` also when the run already had the step (its first result is kept). Raises
-        :class:`~ultimat3.jobs.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
+        :class:`~ultimat3.drivers.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
         ``result`` is not JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
         """
         check_step_name(name)
@@ -571,7 +571,7 @@ class _Staged:
 
 
 class PostgresDriver:
-    """A :class:`~ultimat3.jobs.driver.JobDriver` on PostgreSQL: a fleet of workers shares it.
+    """A :class:`~ultimat3.drivers.protocol.JobDriver` on PostgreSQL: a fleet of workers shares it.
 
     ``url``: ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://``. ``min_size`` and
     ``max_size`` bound the connection pool (the LISTEN connection is extra, opened on the first
@@ -911,7 +911,7 @@ class PostgresDriver:
     def retry(self, job_id: str) -> JobRecord | None:
         """Make a ``dead`` or ``cancelled`` job ``ready`` now with ``attempt`` 0, same run.
 
-        Raises :class:`~ultimat3.jobs.errors.JobDuplicateError` when another live job holds the
+        Raises :class:`~ultimat3.drivers.errors.JobDuplicateError` when another live job holds the
         job's (name, idempotency key) meanwhile.
         """
         params = {"id": job_id, "now": to_datetime(self.clock.now()), "channel": self.channel}

@@ -19,7 +19,8 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
-from ultimat3.jobs.driver import (
+from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.protocol import (
     FINAL_STATES,
     JOB_STATES,
     LIVE_STATES,
@@ -46,7 +47,7 @@ from ultimat3.jobs.driver import (
     WaitingName,
     WakeCallback,
 )
-from ultimat3.jobs.drivers.values import (
+from ultimat3.drivers.values import (
     check_request,
     check_step_name,
     fenced_key,
@@ -58,7 +59,6 @@ from ultimat3.jobs.drivers.values import (
     strict_dumps,
     unknown_key,
 )
-from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 __all__ = [
     "MemoryBackfillLedger",
@@ -482,7 +482,7 @@ class MemoryMigrationLedger:
 
 
 class MemoryDriver:
-    """A :class:`~ultimat3.jobs.driver.JobDriver` that keeps everything in this process.
+    """A :class:`~ultimat3.drivers.protocol.JobDriver` that keeps everything in this process.
 
     Thread-safe (one lock over all state). No cross-process wake-ups and no transactional
     enqueue: there is no database transaction to join.

@@ -7,7 +7,7 @@ import re
 
 from ultimat3.core.clock import Clock
 from ultimat3.core.errors import XError
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 #: URL schemes that name PostgreSQL (the SQLAlchemy driver suffixes included).
 POSTGRES_SCHEMES = frozenset({
@@ -40,15 +40,15 @@ def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate
     scheme = url.split(":", 1)[0].lower()
     driver: JobDriver
     if scheme == "memory":
-        from ultimat3.jobs.drivers.memory import MemoryDriver
+        from ultimat3.drivers.memory import MemoryDriver
 
         driver = MemoryDriver(clock=clock)
     elif scheme == "sqlite":
-        from ultimat3.jobs.drivers.sqlite.driver import SqliteDriver, sqlite_path
+        from ultimat3.drivers.sqlite.driver import SqliteDriver, sqlite_path
 
         driver = SqliteDriver(sqlite_path(url), clock=clock)
     elif scheme in POSTGRES_SCHEMES:
-        from ultimat3.jobs.drivers.postgres.driver import PostgresDriver
+        from ultimat3.drivers.postgres.driver import PostgresDriver
 
         # The SQLAlchemy spellings name the same server; psycopg 3 speaks to it either way.
         driver = PostgresDriver("postgresql" + url[len(scheme):], clock=clock)

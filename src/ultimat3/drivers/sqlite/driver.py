@@ -24,7 +24,8 @@ from typing import Any, TypeVar, cast
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
-from ultimat3.jobs.driver import (
+from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.protocol import (
     JOB_STATES,
     Ack,
     BackfillLedger,
@@ -49,8 +50,8 @@ from ultimat3.jobs.driver import (
     WaitingName,
     WakeCallback,
 )
-from ultimat3.jobs.drivers.sqlite._sql import QUERIES, Migration, load_migrations
-from ultimat3.jobs.drivers.values import (
+from ultimat3.drivers.sqlite._sql import QUERIES, Migration, load_migrations
+from ultimat3.drivers.values import (
     check_request,
     check_step_name,
     fenced_key,
@@ -61,7 +62,6 @@ from ultimat3.jobs.drivers.values import (
     strict_dumps,
     unknown_key,
 )
-from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 __all__ = ["SqliteDriver", "sqlite_path"]
 
@@ -295,7 +295,7 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], now: fl
 
 
 class SqliteDriver:
-    """:class:`~ultimat3.jobs.driver.JobDriver` over one SQLite file (WAL), for one host.
+    """:class:`~ultimat3.drivers.protocol.JobDriver` over one SQLite file (WAL), for one host.
 
     Several worker processes may share ``path``; each call that reads then writes runs inside
     ``BEGIN IMMEDIATE``. ``busy_timeout`` (seconds) is how long a call may wait for the write lock

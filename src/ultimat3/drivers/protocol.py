@@ -378,7 +378,7 @@ class JobDriver(Protocol):
         """Write one job, deduplicated per (name, idempotency key) among live states.
 
         A live duplicate is returned with ``deduped=True``, or raises
-        :class:`~ultimat3.jobs.errors.JobDuplicateError` under ``on_conflict='error'``.
+        :class:`~ultimat3.drivers.errors.JobDuplicateError` under ``on_conflict='error'``.
         """
         ...
 

@@ -16,8 +16,8 @@ from typing import Any, TypeVar, cast
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
-from ultimat3.jobs.driver import EnqueueRequest
-from ultimat3.jobs.drivers.limits import check_depth, current_limits, limit_error
+from ultimat3.drivers.limits import check_depth, current_limits, limit_error
+from ultimat3.drivers.protocol import EnqueueRequest
 
 #: Bounds of the 32-bit ``integer`` columns (priority, attempt, max_attempts).
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ultimat3.core.errors import XError, check
-from ultimat3.jobs.driver import JobDriver
+from ultimat3.drivers.protocol import JobDriver
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -27,9 +27,9 @@ __all__ = [
     "XMigration",
     "alembic_revision",
     "as_requirement",
-    "requirement_error",
     "x_migration",
 ]
+
 
 class MigrationError(XError):
     """A requirement could not be checked at all (unknown revision, alembic missing)."""
@@ -232,49 +232,3 @@ def as_requirement(value: str | MigrationRequirement) -> MigrationRequirement:
     if isinstance(value, str):
         return x_migration(value)
     return value
-
-
-def requirement_error(
-    driver: JobDriver,
-    name: str,
-    requires: str | MigrationRequirement | None = None,
-    engine: Callable[[], Engine] | None = None,
-) -> XError | None:
-    """Why backfill ``name`` may not start for want of a migration, or ``None`` when it may.
-
-    ``requires`` defaults to what the backfill declared. A string equal to the declared
-    requirement's label (what ``registered_backfills()`` prints, e.g. ``alembic:<rev>``) means
-    that declared requirement, so JSON from the registry can be checked; any other string is an
-    ``x_migrations`` id. ``engine`` defaults to the backfill's app engine. Returns
-    :class:`RequirementNotApplied` (``X_BACKFILL_REQUIRES``), or the :class:`MigrationError` that
-    made the check impossible.
-    """
-    requirement: MigrationRequirement | None = None
-    if requires is None or isinstance(requires, str):
-        # Imported here: the registry and the pass import this module.
-        from ultimat3.jobs.backfill_pass import definition_engine
-        from ultimat3.jobs.backfill_registry import backfill_origin, get_backfill
-
-        handle = get_backfill(name)
-        definition = None if handle is None else backfill_origin(handle)
-        declared = None if definition is None else definition.requires
-        if declared is not None and (requires is None or requires == declared.label):
-            requirement = declared
-            if engine is None and definition is not None:
-                engine = definition_engine(definition, driver)
-    if requirement is None:
-        if requires is None:
-            return None
-        requirement = as_requirement(requires)
-    try:
-        applied = requirement.is_applied(driver, engine)
-    except MigrationError as error:
-        return error
-    if applied:
-        return None
-    return RequirementNotApplied(
-        f'backfill "{name}" requires migration "{requirement.label}", which the {requirement.ledger} '
-        "ledger does not show as applied",
-        "apply the migration first (x db migrate, or alembic upgrade), then retry the job "
-        "(x jobs retry ID) or enqueue the backfill again",
-    )

@@ -9,12 +9,10 @@ registry to disagree with the first about whether a name exists.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ultimat3.backfill.definition import BackfillDefinition, BackfillInput
 from ultimat3.jobs.job import JobHandle, get_job, registered_jobs
-
-if TYPE_CHECKING:
-    from ultimat3.jobs.backfill import BackfillDefinition, BackfillInput
 
 __all__ = [
     "backfill_origin",

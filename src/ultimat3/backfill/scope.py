@@ -21,7 +21,10 @@ from ultimat3.jobs.job import NO_TENANT
 from ultimat3.tenancy.grants import granted
 from ultimat3.tenancy.guard import cross_tenant
 
-__all__ = ["backfill_scope", "cross_tenant_reason"]
+__all__ = [
+    "backfill_scope",
+    "cross_tenant_reason",
+]
 
 
 def cross_tenant_reason(name: str) -> str:

@@ -1,0 +1,147 @@
+"""What a backfill IS: its input, its declaration, a batch, a report, progress and dry-run
+records. A leaf: every other module of the package imports it, it imports none of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.engine import Engine, Row
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import Select
+
+from ultimat3.backfill.pacer import Pacer
+from ultimat3.backfill.requires import MigrationRequirement
+from ultimat3.core.context import Ctx, Environment
+from ultimat3.core.errors import XError
+from ultimat3.jobs.job import Tenant
+from ultimat3.jobs.signal import AbortSignal
+
+#: ``engine=JOB_STORE``: the backfill's tables live in the job store's own database. Said
+#: explicitly, never assumed: a default would sweep whatever same-named table the job database has.
+JOB_STORE = "job-store"
+#: Rows per page and per durable step: one statement's worth of work that an attempt can still
+#: finish well inside its claim. Smaller batches mean many more step rows for the same sweep.
+DEFAULT_BACKFILL_BATCH = 1000
+
+class BackfillInput(BaseModel):
+    """A backfill's whole payload. What to visit is declared, never enqueued, so a queued row
+    cannot drift from the code; ``force`` only decides whether a name the ledger already records
+    as completed runs a SECOND pass (written as a new ledger row — history is kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: bool = False
+
+
+class BackfillError(XError):
+    """A backfill pass refused to start or to finish. Never retried: the same attempt would fail
+    the same way, so the job is dead-lettered at once with the reason on the row."""
+
+    code = "X_BACKFILL"
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What ``handle`` receives: one page of rows and the pass's context.
+
+    ``rows`` are SQLAlchemy ``Row`` objects from the source's select. ``signal`` is the attempt's
+    abort signal: pass it to anything slow and stop when it is set. ``index`` is 0-based and is
+    also the durable step the batch is recorded under (``batch:<index>``). A batch may be handled
+    twice (the one in flight when an attempt died), so the handler must be idempotent.
+    """
+
+    rows: list[Row[Any]]
+    ctx: Ctx
+    signal: AbortSignal
+    index: int
+
+
+@dataclass(frozen=True)
+class BackfillReport:
+    """What a pass reports; the job's result is :meth:`to_dict`.
+
+    ``batches``/``rows`` count everything THIS pass covered, replayed batches included (0 when
+    skipped). ``skipped`` is true when the ledger already held a completed pass and ``force`` was
+    not set; ``previous_run_id`` is that completed pass (for a forced pass: the one it follows).
+    """
+
+    name: str
+    batches: int
+    rows: int
+    skipped: bool = False
+    previous_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BackfillReport:
+        """Read back a job result written by :meth:`to_dict`."""
+        return cls(
+            name=str(data["name"]),
+            batches=int(data["batches"]),
+            rows=int(data["rows"]),
+            skipped=bool(data.get("skipped", False)),
+            previous_run_id=data.get("previous_run_id"),
+        )
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """Sent to progress listeners after every batch (``replayed`` for ones a retry skipped over)."""
+
+    name: str
+    run_id: str
+    batches: int
+    rows: int
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a pass would do now: ``rows`` still matching (``None`` without ``count=``), the
+    ``batches`` that takes and the ``seconds`` the pacer would spread them over."""
+
+    name: str
+    rows: int | None
+    batches: int | None
+    seconds: float | None
+
+
+#: ``source(ctx)``: the rows to visit, as a select built afresh for every page.
+Source = Callable[[Ctx], "Select[*tuple[Any, ...]]"]
+#: ``handle(batch)``: sync, or async (awaited on the pass's own loop).
+Handle = Callable[[Batch], object]
+#: ``count(ctx)``: rows still matching — an int (possibly awaited) or a select that is counted.
+Count = Callable[[Ctx], object]
+#: ``engine=``: an Engine, a function returning one, or ``JOB_STORE``.
+EngineSource = Engine | Callable[[], Engine] | Literal["job-store"]
+
+
+@dataclass(frozen=True, eq=False)
+class BackfillDefinition:
+    """Everything :func:`backfill` knows that a :class:`JobHandle` has no field for."""
+
+    name: str
+    tenant: Tenant
+    source: Source
+    handle: Handle
+    batch: int
+    rate: float
+    checksum: str
+    pacer: Pacer
+    requires: MigrationRequirement | None = None
+    environments: tuple[Environment, ...] | None = None
+    count: Count | None = None
+    engine: EngineSource | None = None
+    key: ColumnElement[Any] | str | None = None
+
+
+def batch_step_name(index: int) -> str:
+    """The durable step a batch is recorded under."""
+    return f"batch:{index}"
