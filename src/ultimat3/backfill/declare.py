@@ -7,7 +7,7 @@ job is. So enqueue, cancel, retry, dead-letter and ``x jobs show`` work on it un
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -29,7 +29,7 @@ from ultimat3.backfill.requires import MigrationRequirement, as_requirement
 from ultimat3.backfill.sweep import run_pass
 from ultimat3.core.clock import Clock
 from ultimat3.core.context import ENVIRONMENTS, Ctx, Environment
-from ultimat3.core.errors import check
+from ultimat3.core.errors import check, fail
 from ultimat3.drivers.protocol import DEFAULT_QUEUE, JobDriver, JobRecord
 from ultimat3.jobs.duration import DurationInput
 from ultimat3.jobs.job import NO_TENANT, JobHandle, Tenant, job
@@ -40,7 +40,14 @@ __all__ = [
     "backfill",
 ]
 
-_MISSING: Any = object()
+class _Missing:
+    """The default of an argument that has none: refused coded, with the backfill's name."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
 
 
 def _validate_environments(name: str, environments: Iterable[str] | None) -> tuple[Environment, ...] | None:
@@ -70,15 +77,15 @@ def _validate_environments(name: str, environments: Iterable[str] | None) -> tup
         hint,
         code="X_BACKFILL_ENVIRONMENTS",
     )
-    return tuple(dict.fromkeys(values))  # type: ignore[arg-type]
+    return tuple(cast(Environment, value) for value in dict.fromkeys(values))
 
 
 def backfill(
     *,
-    name: str = _MISSING,
-    tenant: Tenant = _MISSING,
-    source: Source = _MISSING,
-    handle: Handle = _MISSING,
+    name: str | _Missing = _MISSING,
+    tenant: Tenant | _Missing = _MISSING,
+    source: Source | _Missing = _MISSING,
+    handle: Handle | _Missing = _MISSING,
     batch: int = DEFAULT_BACKFILL_BATCH,
     rate: float = DEFAULT_BACKFILL_RATE,
     queue: str = DEFAULT_QUEUE,
@@ -87,7 +94,7 @@ def backfill(
     requires: str | MigrationRequirement | None = None,
     environments: Iterable[Environment] | None = None,
     count: Count | None = None,
-    engine: EngineSource = _MISSING,
+    engine: EngineSource | _Missing = _MISSING,
     key: ColumnElement[Any] | str | None = None,
     clock: Clock | None = None,
     sleep: Sleep | None = None,
@@ -114,36 +121,36 @@ def backfill(
 
     Bad values are refused here, with the backfill's name in the message; nothing is registered.
     """
-    check(
-        name is not _MISSING and isinstance(name, str) and name.strip() != "",
-        f"backfill(name={'<missing>' if name is _MISSING else repr(name)}) — a backfill needs a name",
-        'write backfill(name="posts.fill_slug", ...); the name is the durable key its ledger rows carry',
-        code="X_BACKFILL_NAME",
-    )
-    check(
-        tenant is not _MISSING,
-        f'backfill "{name}" declares no tenant',
-        "write tenant=lambda input: \"<org id>\" for a sweep of one org, or tenant='none' to sweep every org",
-        code="X_BACKFILL_TENANT",
-    )
+    if not (isinstance(name, str) and name.strip() != ""):
+        fail(
+            f"backfill(name={name!r}) — a backfill needs a name",
+            'write backfill(name="posts.fill_slug", ...); the name is the durable key its ledger rows carry',
+            code="X_BACKFILL_NAME",
+        )
+    if isinstance(tenant, _Missing):
+        fail(
+            f'backfill "{name}" declares no tenant',
+            "write tenant=lambda input: \"<org id>\" for a sweep of one org, or tenant='none' to sweep every org",
+            code="X_BACKFILL_TENANT",
+        )
     check(
         tenant == NO_TENANT or callable(tenant),
         f'backfill "{name}" declares tenant={tenant!r}',
         "write tenant=lambda input: \"<org id>\", or tenant='none'",
         code="X_BACKFILL_TENANT",
     )
-    check(
-        source is not _MISSING and callable(source),
-        f'backfill "{name}" declares source={"<missing>" if source is _MISSING else repr(source)}, not a function',
-        "write source=lambda ctx: select(posts).where(posts.c.slug.is_(None))",
-        code="X_BACKFILL_SOURCE",
-    )
-    check(
-        handle is not _MISSING and callable(handle),
-        f'backfill "{name}" declares handle={"<missing>" if handle is _MISSING else repr(handle)}, not a function',
-        "write handle=fill_slugs, a function taking a Batch (batch.rows, batch.ctx, batch.signal, batch.index)",
-        code="X_BACKFILL_HANDLE",
-    )
+    if isinstance(source, _Missing) or not callable(source):
+        fail(
+            f'backfill "{name}" declares source={source!r}, not a function',
+            "write source=lambda ctx: select(posts).where(posts.c.slug.is_(None))",
+            code="X_BACKFILL_SOURCE",
+        )
+    if isinstance(handle, _Missing) or not callable(handle):
+        fail(
+            f'backfill "{name}" declares handle={handle!r}, not a function',
+            "write handle=fill_slugs, a function taking a Batch (batch.rows, batch.ctx, batch.signal, batch.index)",
+            code="X_BACKFILL_HANDLE",
+        )
     # Refused where it was written: a bad batch found inside the pass is a dead-lettered job.
     check(
         isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1,
@@ -177,13 +184,13 @@ def backfill(
         "write count=lambda ctx: select(posts).where(posts.c.slug.is_(None)) — the rows source still matches",
         code="X_BACKFILL_COUNT",
     )
-    check(
-        engine is not _MISSING,
-        f'backfill "{name}" declares no engine= — which database holds the tables its source reads?',
-        f'write engine=create_engine("postgresql+psycopg://...") (or a function returning one) on '
-        f'backfill(name="{name}"), or engine="{JOB_STORE}" when they live in the job store\'s own database',
-        code="X_BACKFILL_ENGINE",
-    )
+    if isinstance(engine, _Missing):
+        fail(
+            f'backfill "{name}" declares no engine= — which database holds the tables its source reads?',
+            f'write engine=create_engine("postgresql+psycopg://...") (or a function returning one) on '
+            f'backfill(name="{name}"), or engine="{JOB_STORE}" when they live in the job store\'s own database',
+            code="X_BACKFILL_ENGINE",
+        )
     check(
         engine == JOB_STORE or isinstance(engine, Engine) or (callable(engine) and not isinstance(engine, str)),
         f'backfill "{name}" declares engine={engine!r}',

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from ultimat3.core.errors import XError, check
 from ultimat3.drivers.protocol import JobDriver
@@ -151,7 +151,7 @@ class AlembicRevision:
                     "pass alembic_revision(..., engine=engine) or give the backfill an engine=",
                 )
             return fallback()
-        return source() if callable(source) else source  # type: ignore[no-any-return]
+        return cast("Engine", source() if callable(source) else source)
 
     def is_applied(self, driver: JobDriver, engine: Callable[[], Engine] | None = None) -> bool:
         """Walk the history down from the database's current heads, looking for the revision."""

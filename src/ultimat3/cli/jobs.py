@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import click
 
 from ultimat3.cli.config import Config
@@ -20,7 +22,7 @@ from ultimat3.cli.render import (
     steps_table,
 )
 from ultimat3.core.errors import XError
-from ultimat3.drivers.protocol import DEFAULT_LIST_LIMIT, FINAL_STATES, JOB_STATES, JobFilter, JobRecord
+from ultimat3.drivers.protocol import DEFAULT_LIST_LIMIT, FINAL_STATES, JOB_STATES, JobFilter, JobRecord, JobState
 
 
 def _get(config: Config, job_id: str) -> JobRecord:
@@ -52,7 +54,7 @@ def jobs_group() -> None:
 def ls(config: Config, queue: str | None, name: str | None, state: str | None, tenant_id: str | None,
        limit: int, as_json: bool) -> None:
     """List jobs, newest first."""
-    flt = JobFilter(queue=queue, name=name, state=state, tenant_id=tenant_id, limit=limit)  # type: ignore[arg-type]
+    flt = JobFilter(queue=queue, name=name, state=cast(JobState | None, state), tenant_id=tenant_id, limit=limit)
     jobs = config.call(config.driver().introspect.list, flt)
     if as_json:
         emit_json([job_json(job) for job in jobs])

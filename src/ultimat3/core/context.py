@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 from ultimat3.core.errors import check
 
@@ -99,7 +99,7 @@ def parse_environment(value: str, *, source: str = "X_ENV") -> Environment:
         f"use one of {', '.join(ENVIRONMENTS)}",
         code="X_ENVIRONMENT",
     )
-    return value  # type: ignore[return-value]
+    return cast(Environment, value)
 
 
 def default_environment() -> Environment:

@@ -8,10 +8,10 @@ import contextlib
 import contextvars
 import random
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic_core import to_jsonable_python
 
@@ -196,18 +196,16 @@ class AttemptRunner:
         if handle.is_async:
             astep = AsyncStep(self.driver, claimed, signal, self.clock)
             with use_ctx(ctx):
-                if not handle.takes_step:
-                    return await handle.handler(model, ctx)  # type: ignore[call-arg]
-                return await handle.handler(model, ctx, astep)  # type: ignore[arg-type]
+                coroutine = cast("Callable[..., Awaitable[Any]]", handle.handler)
+                return await (coroutine(model, ctx, astep) if handle.takes_step else coroutine(model, ctx))
         sstep = SyncStep(self.driver, claimed, signal, self.clock)
         loop = asyncio.get_running_loop()
 
         def call() -> Any:
             try:
                 with use_ctx(ctx):
-                    if not handle.takes_step:
-                        return handle.handler(model, ctx)  # type: ignore[call-arg]
-                    return handle.handler(model, ctx, sstep)  # type: ignore[arg-type]
+                    run = cast("Callable[..., Any]", handle.handler)
+                    return run(model, ctx, sstep) if handle.takes_step else run(model, ctx)
             finally:
                 with contextlib.suppress(RuntimeError):  # the loop is gone when nobody waits any more
                     loop.call_soon_threadsafe(returned.set)

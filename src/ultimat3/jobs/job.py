@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -384,13 +384,49 @@ def _origin_of(handler: Callable[..., Any]) -> str:
     return f"{module}.{qualname}"
 
 
-_MISSING: Any = object()
+class _Missing:
+    """The default of an argument that has none: refused coded, with the job's name, when omitted."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+M = TypeVar("M", bound=BaseModel)
+
+
+@overload
+def job(
+    *,
+    name: str,
+    tenant: Literal["none"] | Callable[[NoInput], str | None],
+    input: None = None,
+    retry: RetryPolicy | None = None,
+    queue: str = DEFAULT_QUEUE,
+    timeout: DurationInput | None = None,
+    idempotency_key: Callable[[NoInput], str] | None = None,
+    priority: int = 0,
+) -> Callable[[Handler], JobHandle[NoInput]]: ...
+
+
+@overload
+def job(
+    *,
+    name: str,
+    tenant: Literal["none"] | Callable[[M], str | None],
+    input: type[M],
+    retry: RetryPolicy | None = None,
+    queue: str = DEFAULT_QUEUE,
+    timeout: DurationInput | None = None,
+    idempotency_key: Callable[[M], str] | None = None,
+    priority: int = 0,
+) -> Callable[[Handler], JobHandle[M]]: ...
 
 
 def job(
     *,
-    name: str = _MISSING,
-    tenant: Tenant = _MISSING,
+    name: str | _Missing = _MISSING,
+    tenant: Tenant | _Missing = _MISSING,
     input: type[BaseModel] | None = None,
     retry: RetryPolicy | None = None,
     queue: str = DEFAULT_QUEUE,
@@ -404,19 +440,18 @@ def job(
     or ``'none'``) are required. ``input`` is a pydantic model validated at enqueue. ``timeout``
     is per attempt. ``idempotency_key(input) -> str`` dedupes live runs per (name, key).
     """
-    check(
-        name is not _MISSING and isinstance(name, str) and _NAME.match(name) is not None,
-        f"job(name={name if name is not _MISSING else '<missing>'!r}) — a job needs a name "
-        "of letters, digits and _ . : - / (up to 200)",
-        'write job(name="billing.send_invoice", ...); the name is stored on every queued row',
-        code="X_JOB_NAME",
-    )
-    check(
-        tenant is not _MISSING,
-        f'job "{name}" declares no tenant',
-        "write tenant=lambda input: input.org_id, or tenant='none' for work that belongs to no org",
-        code="X_JOB_TENANT",
-    )
+    if not (isinstance(name, str) and _NAME.match(name) is not None):
+        fail(
+            f"job(name={name!r}) — a job needs a name of letters, digits and _ . : - / (up to 200)",
+            'write job(name="billing.send_invoice", ...); the name is stored on every queued row',
+            code="X_JOB_NAME",
+        )
+    if isinstance(tenant, _Missing):
+        fail(
+            f'job "{name}" declares no tenant',
+            "write tenant=lambda input: input.org_id, or tenant='none' for work that belongs to no org",
+            code="X_JOB_TENANT",
+        )
     check(
         tenant == NO_TENANT or callable(tenant),
         f'job "{name}" declares tenant={tenant!r}',

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic_core import to_jsonable_python
 
@@ -124,7 +124,7 @@ class AsyncStep(_StepCore):
         self._claim_name(name)
         record = await asyncio.to_thread(self.recorded, name)
         if record is not None:
-            return record.result  # type: ignore[no-any-return]
+            return cast(T, record.result)
         self.signal.raise_if_aborted(name)
         outcome = fn()
         result = await outcome if inspect.isawaitable(outcome) else outcome
@@ -147,9 +147,9 @@ class SyncStep(_StepCore):
         self._claim_name(name)
         record = self.recorded(name)
         if record is not None:
-            return record.result  # type: ignore[no-any-return]
+            return cast(T, record.result)
         self.signal.raise_if_aborted(name)
-        return self._save(name, fn())  # type: ignore[no-any-return]
+        return cast(T, self._save(name, fn()))
 
     def sleep(self, name: str, duration: DurationInput) -> None:
         """Suspend the run (see :meth:`AsyncStep.sleep`)."""

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check
@@ -36,11 +36,16 @@ def _first_line(text: str | None) -> str:
     return stripped.splitlines()[0] if stripped else ""
 
 
+#: What a worker event reports: a claim batch, or how one attempt settled ("fenced": the write was
+#: refused because the attempt no longer held its claim).
+WorkerEventKind = Literal["claimed", "done", "retry", "dead", "suspended", "aborted", "released", "fenced"]
+
+
 @dataclass(frozen=True)
 class WorkerEvent:
     """What a metrics hook receives: one per claim batch and one per settled attempt."""
 
-    kind: str  # "claimed" | "done" | "retry" | "dead" | "suspended" | "aborted" | "released" | "fenced"
+    kind: WorkerEventKind
     worker_id: str
     job_id: str | None = None
     name: str | None = None
@@ -199,7 +204,7 @@ class Worker:
         if settled and outcome.kind == "dead":
             await self._after_dead(claimed, outcome.error)
         duration = time.monotonic() - active.started
-        kind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
+        kind: WorkerEventKind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
         self._log_attempt(claimed, kind, duration, outcome.error)
         self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error))
         self.processed += 1

@@ -8,7 +8,7 @@ org filter would only apply to one side. Every existing criterion is grouped fir
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.sql.elements import ColumnElement, Grouping
 
@@ -27,7 +27,7 @@ def and_where(stmt: StmtT, *criteria: ColumnElement[bool]) -> StmtT:
     # tests/unit/test_tenancy_enqueue.py fails loudly if it ever stops being honoured.
     copy = generative._generate()
     copy._where_criteria = tuple(Grouping(criterion) for criterion in existing)
-    return copy.where(*criteria)  # type: ignore[no-any-return]
+    return cast(StmtT, copy.where(*criteria))
 
 
 def and_where_in_place(stmt: Any, *criteria: ColumnElement[bool]) -> None:
