@@ -1,4 +1,6 @@
-"""One ``driver`` fixture, parametrised over every driver: the whole suite runs against each.
+"""Our three drivers under the contract suite (:mod:`ultimat3.testing.contract`): one ``driver``
+fixture, parametrised over memory, SQLite and PostgreSQL, built exactly as a third-party driver's
+fixture would be.
 
 Postgres needs the server at ``X_TEST_DATABASE_URL``; when it is unreachable its tests skip
 locally and fail in CI (``CI=true``).
@@ -17,10 +19,9 @@ from ultimat3.drivers.memory import MemoryDriver
 from ultimat3.drivers.postgres.driver import PostgresDriver
 from ultimat3.drivers.protocol import JobDriver
 from ultimat3.drivers.sqlite.driver import SqliteDriver
+from ultimat3.testing.contract.fixtures import backdoor, clock, first_migrate, record_first_migrate
 
-from .helpers import Backdoor
-
-FIRST_MIGRATE = pytest.StashKey[list[str]]()
+__all__ = ["backdoor", "clock", "driver", "first_migrate", "postgres_url"]
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +41,6 @@ def _reset_postgres(url: str) -> None:
         conn.execute("DELETE FROM x_migrations WHERE id NOT LIKE 'x:%'")
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    """The time every driver under test reads; tests move it with ``clock.advance``."""
-    return ManualClock()
-
-
 @pytest.fixture(
     params=[
         "memory",
@@ -59,28 +54,16 @@ def driver(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -
     built: JobDriver
     if kind == "memory":
         built = MemoryDriver(clock=clock)
-        request.node.stash[FIRST_MIGRATE] = built.migrate()
+        record_first_migrate(request, built.migrate())
     elif kind == "sqlite":
         built = SqliteDriver(str(tmp_path / "x.db"), clock=clock)
-        request.node.stash[FIRST_MIGRATE] = built.migrate()
+        record_first_migrate(request, built.migrate())
     else:
         url = request.getfixturevalue("postgres_url")
         built = PostgresDriver(url, clock=clock)
-        request.node.stash[FIRST_MIGRATE] = built.migrate()
+        record_first_migrate(request, built.migrate())
         _reset_postgres(url)
     try:
         yield built
     finally:
         built.close()
-
-
-@pytest.fixture
-def first_migrate(request: pytest.FixtureRequest, driver: JobDriver) -> list[str]:
-    """What the fixture's own ``migrate()`` call returned (a fresh store for memory/sqlite)."""
-    return request.node.stash[FIRST_MIGRATE]
-
-
-@pytest.fixture
-def backdoor(driver: JobDriver, tmp_path: Path) -> Backdoor:
-    """Direct writes to the driver's storage (the sqlite file is the fixture's ``x.db``)."""
-    return Backdoor(driver, tmp_path / "x.db")

@@ -52,3 +52,11 @@ def test_readme_first_command_runs_the_demo(tmp_path: Path) -> None:
     assert "ledger x_backfills: run" in out and "completed" in out
     assert out.rstrip().count("no pending backfills") == 1
     assert "shop.normalize_emails" in out.split("$ x --app shop.jobs jobs ls")[1]
+
+
+def test_readme_testing_example_runs_as_written() -> None:
+    namespace: dict[str, object] = {"__name__": "readme_testing_example"}
+    exec(compile(readme_block("tests/test_invoices.py"), "README.md", "exec"), namespace)
+    test = namespace["test_a_reminder_is_sent_once_then_followed_up"]
+    assert callable(test)
+    test()

@@ -1,4 +1,6 @@
-"""Injectable time. Nothing in the library reads the wall clock except through a :class:`Clock`."""
+"""Injectable time. Every timestamp a driver writes and every due-ness a claim decides comes from
+a :class:`Clock`; local durations (attempt timeouts, the pacer, heartbeat intervals, log throttles)
+use the monotonic clock, which no wall-clock change can move."""
 
 from __future__ import annotations
 
