@@ -16,7 +16,8 @@ A third-party driver proves itself with one test module::
         built.close()
 
 Split by concern (``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
-``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``prune``, ``subscribe``): a module
+``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``prune``, ``subscribe``,
+``transactions``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
@@ -41,6 +42,7 @@ CONCERNS = (
     "settle",
     "steps",
     "subscribe",
+    "transactions",
 )
 
 

@@ -1,0 +1,39 @@
+-- index x_backfills_name_idx
+CREATE INDEX x_backfills_name_idx ON x_backfills (name, started_at DESC);
+
+-- index x_jobs_claim_any_idx
+CREATE INDEX x_jobs_claim_any_idx ON x_jobs (priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended');
+
+-- index x_jobs_claim_idx
+CREATE INDEX x_jobs_claim_idx ON x_jobs (queue, priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended');
+
+-- index x_jobs_created_idx
+CREATE INDEX x_jobs_created_idx ON x_jobs (created_at DESC, id DESC);
+
+-- index x_jobs_finished_idx
+CREATE INDEX x_jobs_finished_idx ON x_jobs (finished_at) WHERE state IN ('done', 'dead', 'cancelled');
+
+-- index x_jobs_name_idempotency_live_idx
+CREATE UNIQUE INDEX x_jobs_name_idempotency_live_idx ON x_jobs (name, idempotency_key) WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended');
+
+-- index x_jobs_run_idx
+CREATE INDEX x_jobs_run_idx ON x_jobs (run_id);
+
+-- index x_jobs_running_visible_idx
+CREATE INDEX x_jobs_running_visible_idx ON x_jobs (visible_at) WHERE state = 'running';
+
+-- table x_backfills
+CREATE TABLE x_backfills ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')), batches INTEGER NOT NULL DEFAULT 0, "rows" INTEGER NOT NULL DEFAULT 0, started_at REAL NOT NULL, finished_at REAL, job_id TEXT, error TEXT );
+
+-- table x_job_steps
+CREATE TABLE x_job_steps ( run_id TEXT NOT NULL, name TEXT NOT NULL, result TEXT, created_at REAL NOT NULL, PRIMARY KEY (run_id, name) );
+
+-- table x_jobs
+CREATE TABLE x_jobs ( id TEXT PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL DEFAULT 'default', payload TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL CHECK (state IN ('ready', 'delayed', 'running', 'suspended', 'done', 'dead', 'cancelled')), priority INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0), max_attempts INTEGER NOT NULL DEFAULT 5, run_at REAL NOT NULL, visible_at REAL, claimed_by TEXT, claim_token TEXT, idempotency_key TEXT, tenant_id TEXT, traceparent TEXT, enqueued_by TEXT, last_error TEXT, result TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL );
+
+-- table x_leases
+CREATE TABLE x_leases ( key TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (key, slot) );
+
+-- table x_migrations
+CREATE TABLE x_migrations ( id TEXT PRIMARY KEY, applied_at REAL NOT NULL, -- "Oldest first" is application order, even when the clock did not move between two. seq INTEGER NOT NULL );
+
