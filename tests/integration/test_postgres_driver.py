@@ -22,11 +22,12 @@ import pytest
 from ultimat3.core.clock import ManualClock, system_clock, to_datetime
 from ultimat3.drivers.postgres.driver import PostgresDriver, conninfo_from_url
 from ultimat3.drivers.postgres.listener import WAKE_ALL
-from ultimat3.drivers.postgres.queries import QUERIES, load_migrations, parse_queries
 from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver
+from ultimat3.drivers.sql import load_migrations, load_queries, parse_queries
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 pytestmark = pytest.mark.postgres
+QUERIES = load_queries("ultimat3.drivers.postgres")
 
 DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -148,10 +149,10 @@ def test_other_urls_are_refused_with_a_code(url: str) -> None:
 
 
 def test_queries_file_parses_into_named_statements_without_comments() -> None:
-    parsed = parse_queries("ignored\n-- name: one --\n-- 100% a comment\nSELECT 1\n\n-- name: two --\nSELECT 2\n")
+    parsed = parse_queries("ignored\n-- name: one\n-- 100% a comment\nSELECT 1\n\n-- name: two\nSELECT 2\n")
     assert parsed == {"one": "SELECT 1", "two": "SELECT 2"}
     with pytest.raises(ValueError, match="twice"):
-        parse_queries("-- name: a --\nSELECT 1\n-- name: a --\nSELECT 2\n")
+        parse_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
 
 
 def test_no_statement_reads_the_servers_clock() -> None:
@@ -163,7 +164,7 @@ def test_no_statement_reads_the_servers_clock() -> None:
 
 
 def test_migrations_are_numbered_and_prefixed() -> None:
-    ids = [migration_id for migration_id, _ in load_migrations()]
+    ids = [migration.id for migration in load_migrations("ultimat3.drivers.postgres")]
     assert ids[0] == "x:0001_init"
     assert ids == sorted(ids)
 

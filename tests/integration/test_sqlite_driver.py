@@ -23,8 +23,9 @@ from ultimat3.core.clock import ManualClock
 from ultimat3.core.errors import XError
 from ultimat3.drivers import create_driver
 from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver
-from ultimat3.drivers.sqlite._sql import parse_queries, split_statements
+from ultimat3.drivers.sql import parse_queries
 from ultimat3.drivers.sqlite.driver import SqliteDriver, sqlite_path
+from ultimat3.drivers.sqlite.statements import split_statements
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ultimat3" / "drivers"
@@ -204,7 +205,7 @@ def test_schema_has_the_postgres_tables_columns_and_indexes(driver: SqliteDriver
 
 def test_claim_reads_the_claim_indexes_instead_of_sorting(driver: SqliteDriver) -> None:
     conn = driver._connection()
-    from ultimat3.drivers.sqlite._sql import QUERIES
+    from ultimat3.drivers.sqlite.driver import QUERIES
 
     for name, queues in (("claim", None), ("claim_queues", '["default"]')):
         params = {"worker_id": "w", "limit": 10, "now": 0.0, "visible_at": 30.0, "queues": queues, "names": None}
@@ -229,7 +230,7 @@ def test_times_are_the_clock_epoch_seconds(driver: SqliteDriver, db: Path, clock
 
 def test_query_file_parses_into_named_statements() -> None:
     queries = parse_queries("-- intro\n-- name: a\nSELECT 1;\n\n-- name: b_c\n-- why\nSELECT 2;\n")
-    assert queries == {"a": "SELECT 1;", "b_c": "-- why\nSELECT 2;"}
+    assert queries == {"a": "SELECT 1;", "b_c": "SELECT 2;"}  # one parser for every dialect: comments dropped
     with pytest.raises(ValueError):
         parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
     assert split_statements("-- c\nCREATE TABLE t (x TEXT DEFAULT ';');\n-- end\nSELECT 1;\n") == [

@@ -37,7 +37,6 @@ from ultimat3.core.errors import ConfigError, XError
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError, StepResultError
 from ultimat3.drivers.postgres.listener import Listener
-from ultimat3.drivers.postgres.queries import QUERIES, load_migrations
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     Ack,
@@ -57,6 +56,7 @@ from ultimat3.drivers.protocol import (
     WaitingName,
     WakeCallback,
 )
+from ultimat3.drivers.sql import load_migrations, load_queries
 from ultimat3.drivers.values import (
     check_request,
     check_step_name,
@@ -99,7 +99,8 @@ PRUNE_CHUNK: Final = 1000
 _RACE_RETRIES: Final = 8
 # How long subscribe() waits for LISTEN to be in effect before returning anyway.
 _LISTEN_READY_TIMEOUT: Final = 5.0
-_Q: Final = QUERIES
+#: Every named statement of ``queries.sql``, parsed once at import.
+_Q: Final = load_queries("ultimat3.drivers.postgres")
 
 
 #: Seconds the first connection may take before the driver reports the server unreachable.
@@ -640,7 +641,8 @@ class PostgresDriver:
         ledger once it holds the lock, so workers booting together apply each file exactly once.
         """
         applied: list[str] = []
-        for migration_id, script in load_migrations():
+        for migration in load_migrations("ultimat3.drivers.postgres"):
+            migration_id, script = migration.id, migration.sql
 
             def op(conn: Conn, _: bool, migration_id: str = migration_id, script: str = script) -> bool:
                 with conn.transaction():

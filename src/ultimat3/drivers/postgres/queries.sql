@@ -1,5 +1,5 @@
--- Every statement the PostgreSQL driver sends, by name. `queries.py` parses this file once into a
--- dict: a block starts at a `-- name: NAME --` line and runs to the next one. Whole-line comments
+-- Every statement the PostgreSQL driver sends, by name. `ultimat3.drivers.sql` parses this file once
+-- into a dict: a block starts at a `-- name: NAME` line and runs to the next one. Whole-line comments
 -- are dropped on load (psycopg would read a percent sign in them as a placeholder). Every value is
 -- a %(named)s parameter; every time is the driver's clock, passed in, never now().
 --
@@ -11,32 +11,32 @@
 -- Migrations
 -- ----------------------------------------------------------------------------------------------
 
--- name: migrate_lock --
+-- name: migrate_lock
 -- Held to the end of the migration's transaction: workers booting together apply it once. Keyed
 -- by schema, so two schemas of one database migrate independently.
 SELECT pg_advisory_xact_lock(hashtextextended('ultimat3:migrate:' || current_schema(), 0))
 
--- name: migrations_table_exists --
+-- name: migrations_table_exists
 SELECT to_regclass('x_migrations') IS NOT NULL
 
--- name: migration_ids --
+-- name: migration_ids
 SELECT id FROM x_migrations
 
--- name: migration_mark --
+-- name: migration_mark
 INSERT INTO x_migrations (id, applied_at) VALUES (%(id)s, %(now)s)
 ON CONFLICT (id) DO NOTHING
 
--- name: migrations_applied --
+-- name: migrations_applied
 SELECT id, applied_at FROM x_migrations ORDER BY seq
 
--- name: migration_is_applied --
+-- name: migration_is_applied
 SELECT EXISTS (SELECT 1 FROM x_migrations WHERE id = %(id)s)
 
 -- ----------------------------------------------------------------------------------------------
 -- Enqueue
 -- ----------------------------------------------------------------------------------------------
 
--- name: enqueue --
+-- name: enqueue
 -- One job in one statement: insert unless a live job holds (name, key), else return that job.
 -- The NOTIFY rides in the same statement, so it is delivered exactly when the row commits. When
 -- nothing comes back, the conflicting row finished (or was committed after this statement's
@@ -60,7 +60,7 @@ WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND name = %(name)s AND idempotency_key = %(key)s
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
--- name: enqueue_many --
+-- name: enqueue_many
 -- A batch in one statement: arrays in, one row per inserted job out, plus one NOTIFY per queue.
 -- Rows go in request order, so of two requests sharing a (name, key) the first is the one kept.
 -- Requests the conflict clause skipped are resolved by `live_by_keys` in the same transaction.
@@ -85,7 +85,7 @@ SELECT id, NULL::text AS notified FROM ins
 UNION ALL
 SELECT NULL, pg_notify(%(channel)s, q.queue)::text FROM (SELECT DISTINCT queue FROM ins) AS q
 
--- name: live_by_keys --
+-- name: live_by_keys
 -- The live holders of some (name, key) pairs; sees rows this transaction just inserted.
 SELECT j.name, j.idempotency_key, j.id, j.run_id
 FROM x_jobs AS j
@@ -93,11 +93,11 @@ JOIN unnest(%(names)s::text[], %(keys)s::text[]) AS k(name, idempotency_key)
   ON j.name = k.name AND j.idempotency_key = k.idempotency_key
 WHERE j.state IN ('ready', 'delayed', 'running', 'suspended')
 
--- name: jobs_by_ids --
+-- name: jobs_by_ids
 -- After a lost connection: which of these ids did the failed attempt already commit?
 SELECT id, run_id FROM x_jobs WHERE id = ANY(%(ids)s::text[])
 
--- name: notify --
+-- name: notify
 SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 
 -- ----------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 -- queue walks x_jobs_claim_idx from (queue) on, every queue walks x_jobs_claim_any_idx.
 -- ----------------------------------------------------------------------------------------------
 
--- name: claim_queue --
+-- name: claim_queue
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
@@ -148,7 +148,7 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING picked.ord, j.*
 
--- name: claim_queues --
+-- name: claim_queues
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
@@ -182,7 +182,7 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING picked.ord, j.*
 
--- name: claim_any --
+-- name: claim_any
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
@@ -219,13 +219,13 @@ RETURNING picked.ord, j.*
 -- clause itself, so a stale worker's write matches no row and changes nothing.
 -- ----------------------------------------------------------------------------------------------
 
--- name: ack --
+-- name: ack
 UPDATE x_jobs
 SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
     claim_token = NULL, visible_at = NULL, last_error = NULL
 WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 
--- name: ack_many --
+-- name: ack_many
 -- Many acks, one statement and one commit; each row is fenced on its own token exactly as `ack` is.
 UPDATE x_jobs AS j
 SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
@@ -234,7 +234,7 @@ FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, 
 WHERE j.id = v.id AND j.state = 'running' AND j.claim_token = v.token
 RETURNING j.id
 
--- name: nack --
+-- name: nack
 -- dead_letter ends the job; a suspension (counts = false) gives the attempt back, floored at 0;
 -- a release gives it back too and returns the job to ready with no claim and no new error;
 -- otherwise the job is ready again at run_at. The error is kept only when one is given.
@@ -251,7 +251,7 @@ SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s OR %(release)s THEN '
 WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 RETURNING queue
 
--- name: heartbeat --
+-- name: heartbeat
 UPDATE x_jobs SET visible_at = %(visible_at)s, updated_at = %(now)s
 WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 
@@ -259,7 +259,7 @@ WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
 -- Operator actions
 -- ----------------------------------------------------------------------------------------------
 
--- name: cancel --
+-- name: cancel
 -- Dropping the claim token is what makes the running attempt's next heartbeat fail.
 UPDATE x_jobs
 SET state = 'cancelled', last_error = coalesce(%(reason)s, last_error), finished_at = %(now)s,
@@ -267,14 +267,14 @@ SET state = 'cancelled', last_error = coalesce(%(reason)s, last_error), finished
 WHERE id = %(id)s AND state IN ('ready', 'delayed', 'running', 'suspended')
 RETURNING *
 
--- name: cancel_ledger --
+-- name: cancel_ledger
 -- A cancelled run's backfill pass (if it is one) is closed with it, in the same transaction: a
 -- pass that is waiting, or whose worker is gone, would otherwise read `running` forever.
 UPDATE x_backfills
 SET status = 'cancelled', finished_at = %(now)s, error = %(reason)s
 WHERE run_id = %(run_id)s AND status = 'running'
 
--- name: retry --
+-- name: retry
 -- Same row, same run_id: the run's recorded steps replay. last_error is kept for the operator.
 -- Raises a unique violation when another live job took the (name, key) meanwhile. The NOTIFY
 -- wakes other processes' workers: the job is runnable now.
@@ -284,12 +284,12 @@ SET state = 'ready', attempt = 0, run_at = %(now)s, finished_at = NULL, claim_to
 WHERE id = %(id)s AND state IN ('dead', 'cancelled')
 RETURNING *, pg_notify(%(channel)s, queue)::text AS notified
 
--- name: live_holder --
+-- name: live_holder
 SELECT id FROM x_jobs
 WHERE name = %(name)s AND idempotency_key = %(key)s AND id <> %(id)s
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
--- name: prune_chunk --
+-- name: prune_chunk
 -- One bounded chunk, oldest first. The steps of a deleted job's run go too unless another job
 -- still points at the run (the NOT EXISTS must skip this chunk's rows itself: every part of one
 -- statement reads the same snapshot, which still shows them).
@@ -316,10 +316,10 @@ SELECT count(*) FROM deleted
 -- Introspection
 -- ----------------------------------------------------------------------------------------------
 
--- name: job_get --
+-- name: job_get
 SELECT * FROM x_jobs WHERE id = %(id)s
 
--- name: job_list --
+-- name: job_list
 SELECT * FROM x_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -328,10 +328,10 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s
 
--- name: job_stats --
+-- name: job_stats
 SELECT queue, state, count(*) FROM x_jobs GROUP BY queue, state ORDER BY queue
 
--- name: job_waiting_names --
+-- name: job_waiting_names
 -- Which names wait in which queues (a worker warns about the ones it cannot run).
 SELECT queue, name, count(*) FROM x_jobs
 WHERE state IN ('ready', 'delayed', 'suspended')
@@ -341,10 +341,10 @@ GROUP BY queue, name ORDER BY queue, name
 -- Steps
 -- ----------------------------------------------------------------------------------------------
 
--- name: steps_load --
+-- name: steps_load
 SELECT run_id, name, result, created_at FROM x_job_steps WHERE run_id = %(run_id)s
 
--- name: steps_record --
+-- name: steps_record
 -- FENCED: the job row is share-locked under the fence, so a concurrent ack/nack/cancel either
 -- lands first (and the fence fails) or waits for this write. First write of a name wins; the
 -- count says whether the fence held, whether or not the name was new.
@@ -363,7 +363,7 @@ SELECT count(*) FROM job
 -- Backfill ledger
 -- ----------------------------------------------------------------------------------------------
 
--- name: backfill_start --
+-- name: backfill_start
 -- A retried attempt of the same pass reopens its row; progress and start time stay.
 INSERT INTO x_backfills (run_id, name, checksum, status, batches, rows, started_at, job_id)
 VALUES (%(run_id)s, %(name)s, %(checksum)s, 'running', 0, 0, %(now)s, %(job_id)s)
@@ -372,24 +372,24 @@ SET status = 'running', error = NULL, finished_at = NULL,
     job_id = coalesce(x_backfills.job_id, EXCLUDED.job_id)
 RETURNING *
 
--- name: backfill_progress --
+-- name: backfill_progress
 UPDATE x_backfills SET batches = %(batches)s, rows = %(rows)s WHERE run_id = %(run_id)s
 
--- name: backfill_finish --
+-- name: backfill_finish
 -- Only a running pass is closed: a pass cancelled under its worker's feet stays cancelled.
 UPDATE x_backfills SET status = %(status)s, error = %(error)s, finished_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'running'
 
--- name: backfill_get --
+-- name: backfill_get
 SELECT * FROM x_backfills WHERE run_id = %(run_id)s
 
--- name: backfill_last_completed --
+-- name: backfill_last_completed
 SELECT * FROM x_backfills
 WHERE name = %(name)s AND status = 'completed' AND finished_at IS NOT NULL
 ORDER BY finished_at DESC, run_id DESC
 LIMIT 1
 
--- name: backfill_list --
+-- name: backfill_list
 SELECT * FROM x_backfills
 WHERE %(name)s::text IS NULL OR name = %(name)s
 ORDER BY started_at DESC, run_id DESC
@@ -398,11 +398,11 @@ ORDER BY started_at DESC, run_id DESC
 -- Leases: slots 0..limit-1 of a key; a slot is free when it has no row or its row expired.
 -- ----------------------------------------------------------------------------------------------
 
--- name: lease_lock --
+-- name: lease_lock
 -- Serialises acquirers of one key for the transaction: the slot choice below reads, then writes.
 SELECT pg_advisory_xact_lock(hashtextextended('ultimat3:lease:' || %(key)s, 0))
 
--- name: lease_acquire --
+-- name: lease_acquire
 INSERT INTO x_leases (key, slot, holder, token, expires_at)
 SELECT %(key)s, s.slot, %(holder)s, %(token)s, %(expires_at)s
 FROM generate_series(0, %(limit)s - 1) AS s(slot)
@@ -416,17 +416,17 @@ SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expi
 WHERE x_leases.expires_at <= %(now)s
 RETURNING *
 
--- name: lease_by_token --
+-- name: lease_by_token
 SELECT * FROM x_leases WHERE key = %(key)s AND token = %(token)s
 
--- name: lease_renew --
+-- name: lease_renew
 -- Only the token decides: an expired lease nobody re-took is still this holder's.
 UPDATE x_leases SET expires_at = %(expires_at)s
 WHERE key = %(key)s AND slot = %(slot)s AND token = %(token)s
 RETURNING *
 
--- name: lease_release --
+-- name: lease_release
 DELETE FROM x_leases WHERE key = %(key)s AND slot = %(slot)s AND token = %(token)s
 
--- name: lease_holders --
+-- name: lease_holders
 SELECT * FROM x_leases WHERE key = %(key)s AND expires_at > %(now)s ORDER BY slot

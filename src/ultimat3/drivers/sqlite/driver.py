@@ -50,7 +50,8 @@ from ultimat3.drivers.protocol import (
     WaitingName,
     WakeCallback,
 )
-from ultimat3.drivers.sqlite._sql import QUERIES, Migration, load_migrations
+from ultimat3.drivers.sql import Migration, load_migrations, load_queries
+from ultimat3.drivers.sqlite.statements import split_statements
 from ultimat3.drivers.values import (
     check_request,
     check_step_name,
@@ -64,6 +65,9 @@ from ultimat3.drivers.values import (
 )
 
 __all__ = ["SqliteDriver", "sqlite_path"]
+
+#: Every named statement of ``queries.sql``, parsed once at import.
+QUERIES: dict[str, str] = load_queries("ultimat3.drivers.sqlite")
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -772,13 +776,13 @@ def _apply_migration(conn: sqlite3.Connection, now: float, migration: Migration)
         conn.execute(QUERIES["migration_is_applied"], {"id": migration.id}).fetchone() is not None
     ):
         return False
-    for statement in migration.statements:
+    for statement in split_statements(migration.sql):
         conn.execute(statement)
     conn.execute(QUERIES["migration_mark_applied"], {"id": migration.id, "now": now})
     return True
 
 
-_MIGRATIONS: list[Migration] = load_migrations()
+_MIGRATIONS: list[Migration] = load_migrations(__package__ or "ultimat3.drivers.sqlite")
 
 
 class SqliteIntrospection:

@@ -1,4 +1,4 @@
--- Every statement the SQLite driver runs, by name. `_sql.load_queries` splits this file on the
+-- Every statement the SQLite driver runs, by name. `ultimat3.drivers.sql` splits this file on the
 -- `-- name: <query>` headers once at import; the driver looks statements up by name. Values are
 -- always named parameters; nothing here is assembled by string formatting.
 --
