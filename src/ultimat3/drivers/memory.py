@@ -47,8 +47,8 @@ from ultimat3.drivers.protocol import (
     WaitingName,
     WakeCallback,
 )
+from ultimat3.drivers.staging import stage
 from ultimat3.drivers.values import (
-    check_request,
     check_step_name,
     fenced_key,
     filter_is_storable,
@@ -533,14 +533,15 @@ class MemoryDriver:
             )
         # Checked (and copied through JSON) before taking the lock: a bad request fails before
         # anything is staged.
-        payloads = [json.loads(check_request(request)) for request in requests]
+        prepared = [stage(request) for request in requests]
         results: list[EnqueueResult] = []
         woken: list[str] = []
         with self._store.lock:
             now = self.clock.now()
             staged: list[_Job] = []
             staged_keys: dict[tuple[str, str], _Job] = {}
-            for request, payload in zip(requests, payloads, strict=True):
+            for item in prepared:
+                request = item.request
                 key = None if request.idempotency_key is None else (request.name, request.idempotency_key)
                 existing: _Job | None = None
                 if key is not None:
@@ -548,22 +549,22 @@ class MemoryDriver:
                     if existing is None and key in self._store.live_keys:
                         existing = self._store.jobs[self._store.live_keys[key]]
                 if existing is not None:
-                    if request.on_conflict == "error" and request.idempotency_key is not None:
-                        raise JobDuplicateError(request.name, request.idempotency_key, existing.id)
+                    if request.on_conflict == "error":
+                        raise item.duplicate(existing.id)
                     results.append(EnqueueResult(id=existing.id, run_id=existing.run_id, deduped=True))
                     continue
-                run_at = now if request.run_at is None else request.run_at
+                columns = item.columns(now)
                 job = _Job(
-                    id=str(uuid.uuid4()),
-                    run_id=str(uuid.uuid4()),
+                    id=item.id,
+                    run_id=item.run_id,
                     name=request.name,
                     queue=request.queue,
-                    payload=payload,
-                    state="delayed" if run_at > now else "ready",
+                    payload=json.loads(item.payload),  # a copy through JSON, as a database would keep
+                    state=columns["state"],
                     priority=request.priority,
                     attempt=0,
                     max_attempts=request.max_attempts,
-                    run_at=run_at,
+                    run_at=columns["run_at"],
                     created_at=now,
                     updated_at=now,
                     idempotency_key=request.idempotency_key,

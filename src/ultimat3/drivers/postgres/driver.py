@@ -56,9 +56,10 @@ from ultimat3.drivers.protocol import (
     WaitingName,
     WakeCallback,
 )
+from ultimat3.drivers.records import Decoders, backfill_run, job_record, lease
 from ultimat3.drivers.sql import load_migrations, load_queries
+from ultimat3.drivers.staging import stage
 from ultimat3.drivers.values import (
-    check_request,
     check_step_name,
     fenced_key,
     filter_is_storable,
@@ -144,55 +145,20 @@ def _jsonb(value: Any) -> Jsonb:
     return Jsonb(_json_text(value), dumps=_as_is)
 
 
+#: PostgreSQL stores times as timestamptz and JSON as jsonb (decoded by psycopg already).
+_DECODE = Decoders(time=_utc, json=lambda value: value)
+
+
 def _job(row: Row) -> JobRecord:
-    return JobRecord(
-        id=row["id"],
-        run_id=row["run_id"],
-        name=row["name"],
-        queue=row["queue"],
-        payload=row["payload"],
-        state=row["state"],
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        run_at=_utc(row["run_at"]),
-        created_at=_utc(row["created_at"]),
-        updated_at=_utc(row["updated_at"]),
-        idempotency_key=row["idempotency_key"],
-        tenant_id=row["tenant_id"],
-        traceparent=row["traceparent"],
-        enqueued_by=row["enqueued_by"],
-        claimed_by=row["claimed_by"],
-        visible_at=_utc_or_none(row["visible_at"]),
-        finished_at=_utc_or_none(row["finished_at"]),
-        last_error=row["last_error"],
-        result=row["result"],
-    )
+    return job_record(row, _DECODE)
 
 
 def _backfill(row: Row) -> BackfillRun:
-    return BackfillRun(
-        run_id=row["run_id"],
-        name=row["name"],
-        checksum=row["checksum"],
-        status=row["status"],
-        batches=row["batches"],
-        rows=row["rows"],
-        started_at=_utc(row["started_at"]),
-        job_id=row["job_id"],
-        finished_at=_utc_or_none(row["finished_at"]),
-        error=row["error"],
-    )
+    return backfill_run(row, _DECODE)
 
 
 def _lease(row: Row) -> Lease:
-    return Lease(
-        key=row["key"],
-        slot=row["slot"],
-        holder=row["holder"],
-        token=row["token"],
-        expires_at=_utc(row["expires_at"]),
-    )
+    return lease(row, _DECODE)
 
 
 def _rows(conn: Conn) -> psycopg.Cursor[Row]:
@@ -539,36 +505,26 @@ class PostgresMigrationLedger:
 
 
 class _Staged:
-    """One enqueue request turned into column values (JSON validated, ids minted, state decided)."""
+    """A staged job (:mod:`ultimat3.drivers.staging`) with its values as PostgreSQL stores them."""
 
-    __slots__ = ("id", "params", "request", "run_id")
+    __slots__ = ("id", "params", "request", "run_id", "staged")
 
     def __init__(self, request: EnqueueRequest, now: float) -> None:
-        payload = check_request(request)
-        run_at = now if request.run_at is None else request.run_at
+        self.staged = stage(request)
         self.request = request
-        self.id = str(uuid.uuid4())
-        self.run_id = str(uuid.uuid4())
+        self.id = self.staged.id
+        self.run_id = self.staged.run_id
+        columns = self.staged.columns(now)
         self.params: dict[str, Any] = {
-            "id": self.id,
-            "run_id": self.run_id,
-            "name": request.name,
-            "queue": request.queue,
-            "payload": Jsonb(payload, dumps=_as_is),
-            "state": "delayed" if run_at > now else "ready",
-            "priority": request.priority,
-            "max_attempts": request.max_attempts,
-            "run_at": to_datetime(run_at),
-            "key": request.idempotency_key,
-            "tenant_id": request.tenant_id,
-            "traceparent": request.traceparent,
-            "enqueued_by": request.enqueued_by,
+            **columns,
+            "payload": Jsonb(self.staged.payload, dumps=_as_is),
+            "run_at": to_datetime(columns["run_at"]),
             "now": to_datetime(now),
         }
 
     def duplicate(self, existing_id: str) -> JobDuplicateError:
-        assert self.request.idempotency_key is not None
-        return JobDuplicateError(self.request.name, self.request.idempotency_key, existing_id)
+        """The error for ``on_conflict='error'`` when ``existing_id`` holds this job's key."""
+        return self.staged.duplicate(existing_id)
 
 
 class PostgresDriver:
@@ -787,7 +743,7 @@ class PostgresDriver:
             "priorities": column("priority"),
             "max_attempts": column("max_attempts"),
             "run_ats": column("run_at"),
-            "keys": column("key"),
+            "keys": column("idempotency_key"),
             "tenant_ids": column("tenant_id"),
             "traceparents": column("traceparent"),
             "enqueued_bys": column("enqueued_by"),
@@ -929,7 +885,8 @@ class PostgresDriver:
                     if current is None or current["idempotency_key"] is None:
                         raise
                     holder = cur.execute(
-                        _Q["live_holder"], {"id": job_id, "name": current["name"], "key": current["idempotency_key"]}
+                        _Q["live_holder"],
+                        {"id": job_id, "name": current["name"], "idempotency_key": current["idempotency_key"]},
                     ).fetchone()
                     if holder is not None:
                         raise JobDuplicateError(current["name"], current["idempotency_key"], holder["id"]) from None

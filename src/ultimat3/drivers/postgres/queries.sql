@@ -45,7 +45,7 @@ WITH ins AS (
     INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
                         idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at)
     VALUES (%(id)s, %(run_id)s, %(name)s, %(queue)s, %(payload)s, %(state)s, %(priority)s, 0,
-            %(max_attempts)s, %(run_at)s, %(key)s, %(tenant_id)s, %(traceparent)s, %(enqueued_by)s,
+            %(max_attempts)s, %(run_at)s, %(idempotency_key)s, %(tenant_id)s, %(traceparent)s, %(enqueued_by)s,
             %(now)s, %(now)s)
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
@@ -56,8 +56,8 @@ SELECT id, run_id, false AS deduped, pg_notify(%(channel)s, queue)::text AS noti
 UNION ALL
 SELECT id, run_id, true, NULL FROM x_jobs
 WHERE NOT EXISTS (SELECT 1 FROM ins)
-  AND %(key)s::text IS NOT NULL
-  AND name = %(name)s AND idempotency_key = %(key)s
+  AND %(idempotency_key)s::text IS NOT NULL
+  AND name = %(name)s AND idempotency_key = %(idempotency_key)s
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
 -- name: enqueue_many
@@ -286,7 +286,7 @@ RETURNING *, pg_notify(%(channel)s, queue)::text AS notified
 
 -- name: live_holder
 SELECT id FROM x_jobs
-WHERE name = %(name)s AND idempotency_key = %(key)s AND id <> %(id)s
+WHERE name = %(name)s AND idempotency_key = %(idempotency_key)s AND id <> %(id)s
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
 -- name: prune_chunk

@@ -18,9 +18,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
 from ultimat3.core.errors import ConfigError, XError
@@ -38,7 +37,6 @@ from ultimat3.drivers.protocol import (
     JobFilter,
     JobIntrospection,
     JobRecord,
-    JobState,
     Lease,
     LeaseStore,
     MigrationLedger,
@@ -50,10 +48,13 @@ from ultimat3.drivers.protocol import (
     WaitingName,
     WakeCallback,
 )
+from ultimat3.drivers.records import Decoders, job_record
+from ultimat3.drivers.records import backfill_run as _backfill_run
+from ultimat3.drivers.records import lease as _lease
 from ultimat3.drivers.sql import Migration, load_migrations, load_queries
 from ultimat3.drivers.sqlite.statements import split_statements
+from ultimat3.drivers.staging import StagedJob, stage
 from ultimat3.drivers.values import (
-    check_request,
     check_step_name,
     fenced_key,
     filter_is_storable,
@@ -181,93 +182,15 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "database is locked" in text or "database is busy" in text or "database table is locked" in text
 
 
+#: SQLite stores times as epoch seconds and JSON as text.
+_DECODE = Decoders(time=to_datetime, json=json.loads)
+
+
 def _job_record(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(
-        id=row["id"],
-        run_id=row["run_id"],
-        name=row["name"],
-        queue=row["queue"],
-        payload=json.loads(row["payload"]),
-        state=cast(JobState, row["state"]),
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        run_at=to_datetime(row["run_at"]),
-        created_at=to_datetime(row["created_at"]),
-        updated_at=to_datetime(row["updated_at"]),
-        idempotency_key=row["idempotency_key"],
-        tenant_id=row["tenant_id"],
-        traceparent=row["traceparent"],
-        enqueued_by=row["enqueued_by"],
-        claimed_by=row["claimed_by"],
-        visible_at=_dt_or_none(row["visible_at"]),
-        finished_at=_dt_or_none(row["finished_at"]),
-        last_error=row["last_error"],
-        result=_loads(row["result"]),
-    )
+    return job_record(row, _DECODE)
 
 
-def _backfill_run(row: sqlite3.Row) -> BackfillRun:
-    return BackfillRun(
-        run_id=row["run_id"],
-        name=row["name"],
-        checksum=row["checksum"],
-        status=cast(BackfillStatus, row["status"]),
-        batches=row["batches"],
-        rows=row["rows"],
-        started_at=to_datetime(row["started_at"]),
-        job_id=row["job_id"],
-        finished_at=_dt_or_none(row["finished_at"]),
-        error=row["error"],
-    )
-
-
-def _lease(row: sqlite3.Row) -> Lease:
-    return Lease(
-        key=row["key"],
-        slot=row["slot"],
-        holder=row["holder"],
-        token=row["token"],
-        expires_at=to_datetime(row["expires_at"]),
-    )
-
-
-@dataclass
-class _PreparedJob:
-    """The clock-independent half of an insert, computed before any lock is taken."""
-
-    request: EnqueueRequest
-    id: str
-    run_id: str
-    payload: str
-
-    def params(self, now: float) -> dict[str, Any]:
-        request = self.request
-        run_at = now if request.run_at is None else request.run_at
-        return {
-            "id": self.id,
-            "run_id": self.run_id,
-            "name": request.name,
-            "queue": request.queue,
-            "payload": self.payload,
-            "state": "delayed" if run_at > now else "ready",
-            "priority": request.priority,
-            "max_attempts": request.max_attempts,
-            "run_at": run_at,
-            "idempotency_key": request.idempotency_key,
-            "tenant_id": request.tenant_id,
-            "traceparent": request.traceparent,
-            "enqueued_by": request.enqueued_by,
-            "now": now,
-        }
-
-
-def _prepare(request: EnqueueRequest) -> _PreparedJob:
-    payload = check_request(request)
-    return _PreparedJob(request, str(uuid.uuid4()), str(uuid.uuid4()), payload)
-
-
-def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], now: float) -> list[EnqueueResult]:
+def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float) -> list[EnqueueResult]:
     """Insert ``jobs`` on ``conn`` inside the caller's transaction, deduplicating keyed ones.
 
     Uses its own tuple-row cursor: ``conn`` may be the app's connection with any row factory.
@@ -278,14 +201,14 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], now: fl
     # Keyless jobs cannot collide: one executemany instead of a round trip each.
     keyless = [(index, job) for index, job in enumerate(jobs) if job.request.idempotency_key is None]
     if keyless:
-        cursor.executemany(QUERIES["job_insert"], [job.params(now) for _, job in keyless])
+        cursor.executemany(QUERIES["job_insert"], [job.columns(now) for _, job in keyless])
         for index, job in keyless:
             results[index] = EnqueueResult(job.id, job.run_id, False)
     for index, job in enumerate(jobs):
         key = job.request.idempotency_key
         if key is None:
             continue
-        cursor.execute(QUERIES["job_insert"], job.params(now))
+        cursor.execute(QUERIES["job_insert"], job.columns(now))
         if cursor.rowcount == 1:
             results[index] = EnqueueResult(job.id, job.run_id, False)
             continue
@@ -557,7 +480,7 @@ class SqliteDriver:
         return self._enqueue(requests, connection, atomic=True)
 
     def _enqueue(self, requests: Sequence[EnqueueRequest], connection: Any, *, atomic: bool) -> list[EnqueueResult]:
-        jobs = [_prepare(request) for request in requests]
+        jobs = [stage(request) for request in requests]
         if connection is None:
             results = self._write(lambda conn, now: _insert_jobs(conn, jobs, now))
         else:
@@ -568,7 +491,7 @@ class SqliteDriver:
         return results
 
     def _enqueue_in(
-        self, conn: sqlite3.Connection, jobs: Sequence[_PreparedJob], *, atomic: bool
+        self, conn: sqlite3.Connection, jobs: Sequence[StagedJob], *, atomic: bool
     ) -> list[EnqueueResult]:
         """Insert on the caller's connection, inside its transaction, without committing."""
         try:
@@ -869,7 +792,7 @@ class SqliteBackfillLedger:
         """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
         require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
         params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
-        return _backfill_run(self._driver._rows("backfill_start", params)[0])
+        return backfill_run_of(self._driver._rows("backfill_start", params)[0])
 
     def progress(self, run_id: str, batches: int, rows: int) -> None:
         """Record how far the pass got."""
@@ -890,19 +813,19 @@ class SqliteBackfillLedger:
     def get(self, run_id: str) -> BackfillRun | None:
         """One pass by run id."""
         rows = self._driver._rows("backfill_get", {"run_id": run_id})
-        return _backfill_run(rows[0]) if rows else None
+        return backfill_run_of(rows[0]) if rows else None
 
     @unknown_key(lambda: None)
     def last_completed(self, name: str) -> BackfillRun | None:
         """The most recently finished ``completed`` pass of ``name``."""
         rows = self._driver._rows("backfill_last_completed", {"name": name})
-        return _backfill_run(rows[0]) if rows else None
+        return backfill_run_of(rows[0]) if rows else None
 
     def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
         """Every pass (of ``name``), newest first."""
         if not filter_is_storable(name):
             return []
-        return [_backfill_run(row) for row in self._driver._rows("backfill_list", {"name": name})]
+        return [backfill_run_of(row) for row in self._driver._rows("backfill_list", {"name": name})]
 
 
 class SqliteLeaseStore:
@@ -941,7 +864,7 @@ class SqliteLeaseStore:
         """Extend ``lease`` if its slot is still held under its token; ``None`` when lost."""
         params = {"key": lease.key, "slot": lease.slot, "token": lease.token, "expires_at": self._driver._now() + ttl}
         rows = self._driver._rows("lease_renew", params)
-        return _lease(rows[0]) if rows else None
+        return lease_of(rows[0]) if rows else None
 
     def release(self, lease: Lease) -> bool:
         """Free the slot if still held under the lease's token."""
@@ -951,7 +874,7 @@ class SqliteLeaseStore:
     @unknown_key(list)
     def holders(self, key: str) -> builtins.list[Lease]:
         """Unexpired leases of ``key``, by slot."""
-        return [_lease(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
+        return [lease_of(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
 
 
 class SqliteMigrationLedger:
@@ -989,3 +912,13 @@ class SqliteMigrationLedger:
                 "run `x db migrate` (or driver.migrate()) first",
                 code="X_DRIVER_MIGRATE",
             ) from exc
+
+
+def backfill_run_of(row: sqlite3.Row) -> BackfillRun:
+    """An ``x_backfills`` row."""
+    return _backfill_run(row, _DECODE)
+
+
+def lease_of(row: sqlite3.Row) -> Lease:
+    """An ``x_leases`` row."""
+    return _lease(row, _DECODE)

@@ -1,0 +1,89 @@
+"""Rows to records, written once for every SQL driver.
+
+Each dialect hands over its row (a mapping by column name) and how it stores two things: a time
+(SQLite: epoch seconds; PostgreSQL: ``timestamptz``) and a JSON value (SQLite: text; PostgreSQL:
+``jsonb``, already decoded). Everything else about the mapping is the same, so it lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol, cast
+
+from ultimat3.drivers.protocol import BackfillRun, BackfillStatus, JobRecord, JobState, Lease
+
+__all__ = ["Decoders", "backfill_run", "job_record", "lease"]
+
+class Row(Protocol):
+    """A row readable by column name (a dict, a ``sqlite3.Row``, a psycopg ``dict_row``)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+class Decoders:
+    """How a dialect stores times and JSON: ``time(stored) -> aware UTC datetime`` and
+    ``json(stored) -> value`` (``None`` stays ``None`` for both)."""
+
+    __slots__ = ("json", "time")
+
+    def __init__(self, time: Callable[[Any], datetime], json: Callable[[Any], Any]) -> None:
+        self.time = time
+        self.json = json
+
+    def time_or_none(self, value: Any) -> datetime | None:
+        """``None`` for a NULL column, else :attr:`time`."""
+        return None if value is None else self.time(value)
+
+    def json_or_none(self, value: Any) -> Any:
+        """``None`` for a NULL column, else :attr:`json`."""
+        return None if value is None else self.json(value)
+
+
+def job_record(row: Row, decode: Decoders) -> JobRecord:
+    """An ``x_jobs`` row as the :class:`JobRecord` every driver reports."""
+    return JobRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        name=row["name"],
+        queue=row["queue"],
+        payload=decode.json(row["payload"]),
+        state=cast(JobState, row["state"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=decode.time(row["run_at"]),
+        created_at=decode.time(row["created_at"]),
+        updated_at=decode.time(row["updated_at"]),
+        idempotency_key=row["idempotency_key"],
+        tenant_id=row["tenant_id"],
+        traceparent=row["traceparent"],
+        enqueued_by=row["enqueued_by"],
+        claimed_by=row["claimed_by"],
+        visible_at=decode.time_or_none(row["visible_at"]),
+        finished_at=decode.time_or_none(row["finished_at"]),
+        last_error=row["last_error"],
+        result=decode.json_or_none(row["result"]),
+    )
+
+
+def backfill_run(row: Row, decode: Decoders) -> BackfillRun:
+    """An ``x_backfills`` row as a :class:`BackfillRun`."""
+    return BackfillRun(
+        run_id=row["run_id"],
+        name=row["name"],
+        checksum=row["checksum"],
+        status=cast(BackfillStatus, row["status"]),
+        batches=row["batches"],
+        rows=row["rows"],
+        started_at=decode.time(row["started_at"]),
+        job_id=row["job_id"],
+        finished_at=decode.time_or_none(row["finished_at"]),
+        error=row["error"],
+    )
+
+
+def lease(row: Row, decode: Decoders) -> Lease:
+    """An ``x_leases`` row as a :class:`Lease`."""
+    return Lease(key=row["key"], slot=row["slot"], holder=row["holder"], token=row["token"],
+                 expires_at=decode.time(row["expires_at"]))

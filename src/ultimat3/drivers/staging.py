@@ -1,0 +1,60 @@
+"""An enqueue request turned into the column values of its row, written once for every driver.
+
+Staging validates the request (:func:`~ultimat3.drivers.values.check_request`: every rule and
+limit, the payload serialised ONCE) and mints the ids before any lock is taken; the time-dependent
+half (``state``, ``run_at``, ``now``) is filled in under the lock, from the driver's clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ultimat3.drivers.errors import JobDuplicateError
+from ultimat3.drivers.protocol import EnqueueRequest
+from ultimat3.drivers.values import check_request
+
+__all__ = ["StagedJob", "stage"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedJob:
+    """A validated request with its ids and its payload as JSON text."""
+
+    request: EnqueueRequest
+    id: str
+    run_id: str
+    payload: str
+
+    def columns(self, now: float) -> dict[str, Any]:
+        """The row's values at ``now`` (epoch seconds), by the parameter names every dialect's
+        ``job_insert`` uses. Times are epoch seconds; a dialect converts what it stores otherwise."""
+        request = self.request
+        run_at = now if request.run_at is None else request.run_at
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "name": request.name,
+            "queue": request.queue,
+            "payload": self.payload,
+            "state": "delayed" if run_at > now else "ready",
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "run_at": run_at,
+            "idempotency_key": request.idempotency_key,
+            "tenant_id": request.tenant_id,
+            "traceparent": request.traceparent,
+            "enqueued_by": request.enqueued_by,
+            "now": now,
+        }
+
+    def duplicate(self, existing_id: str) -> JobDuplicateError:
+        """The error for ``on_conflict='error'`` when ``existing_id`` holds this job's key."""
+        assert self.request.idempotency_key is not None
+        return JobDuplicateError(self.request.name, self.request.idempotency_key, existing_id)
+
+
+def stage(request: EnqueueRequest) -> StagedJob:
+    """Validate ``request`` and mint its ids; refused (coded) before anything is written."""
+    return StagedJob(request, str(uuid.uuid4()), str(uuid.uuid4()), check_request(request))
