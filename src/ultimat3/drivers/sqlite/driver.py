@@ -7,7 +7,6 @@ from one file can never both take a job. The SQL lives in ``queries.sql`` and ``
 
 from __future__ import annotations
 
-import builtins
 import functools
 import json
 import logging
@@ -16,67 +15,57 @@ import random
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
-from ultimat3.core.clock import Clock, system_clock, to_datetime
-from ultimat3.core.errors import ConfigError, XError
+from ultimat3.core.clock import Clock, system_clock
+from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.protocol import (
-    JOB_STATES,
     Ack,
     BackfillLedger,
-    BackfillRun,
-    BackfillStatus,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
     EnqueueResult,
-    JobFilter,
     JobIntrospection,
     JobRecord,
-    Lease,
     LeaseStore,
     MigrationLedger,
-    MigrationRecord,
     NackRequest,
-    QueueStats,
-    StepRecord,
     StepStore,
-    WaitingName,
     WakeCallback,
 )
-from ultimat3.drivers.records import Decoders, job_record
-from ultimat3.drivers.records import backfill_run as _backfill_run
-from ultimat3.drivers.records import lease as _lease
-from ultimat3.drivers.sql import Migration, load_migrations, load_queries
+from ultimat3.drivers.sql import Migration, load_migrations
+from ultimat3.drivers.sqlite.files import DEFAULT_SQLITE_FILE_MODE, is_memory_path, sqlite_file_mode, sqlite_path
+from ultimat3.drivers.sqlite.rows import (
+    QUERIES,
+    is_busy,
+    job_record_of,
+    result_text,
+)
 from ultimat3.drivers.sqlite.statements import split_statements
+from ultimat3.drivers.sqlite.stores import (
+    SqliteBackfillLedger,
+    SqliteIntrospection,
+    SqliteLeaseStore,
+    SqliteMigrationLedger,
+    SqliteStepStore,
+)
 from ultimat3.drivers.staging import StagedJob, stage
 from ultimat3.drivers.values import (
-    check_step_name,
     fenced_key,
-    filter_is_storable,
     is_storable_text,
-    require_text,
     storable,
-    strict_dumps,
     unknown_key,
 )
 
-__all__ = ["SqliteDriver", "sqlite_path"]
-
-#: Every named statement of ``queries.sql``, parsed once at import.
-QUERIES: dict[str, str] = load_queries("ultimat3.drivers.sqlite")
+__all__ = ["DEFAULT_SQLITE_FILE_MODE", "QUERIES", "SqliteDriver", "sqlite_file_mode", "sqlite_path"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-_FINISHED_BACKFILL = frozenset({"completed", "failed", "cancelled"})
 _BUSY_BACKOFF_START = 0.005
 _BUSY_BACKOFF_MAX = 0.5
-_MEMORY_PATHS = (":memory:", "")
-_EVERY_JOB = JobFilter()
 #: The BEGIN that Python's sqlite3 would issue for a connection's ``isolation_level``.
 _BEGIN_FOR_ISOLATION = {
     "": "BEGIN",
@@ -84,82 +73,6 @@ _BEGIN_FOR_ISOLATION = {
     "IMMEDIATE": "BEGIN IMMEDIATE",
     "EXCLUSIVE": "BEGIN EXCLUSIVE",
 }
-
-
-#: The mode a new SQLite job store (and so its -wal/-shm files) is created with.
-DEFAULT_SQLITE_FILE_MODE = 0o600
-
-
-def sqlite_file_mode() -> int:
-    """``X_SQLITE_FILE_MODE`` (octal, e.g. ``640``) from the environment, else owner-only ``600``."""
-    raw = os.environ.get("X_SQLITE_FILE_MODE")
-    if raw is None or raw.strip() == "":
-        return DEFAULT_SQLITE_FILE_MODE
-    try:
-        mode = int(raw.strip(), 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o777:
-        raise XError(
-            f"X_SQLITE_FILE_MODE={raw!r} is not a file mode",
-            "write an octal mode such as 600 (owner only, the default) or 640 (owner and group may read)",
-            code="X_DATABASE_FILE_MODE",
-        )
-    return mode
-
-
-def sqlite_path(url: str) -> str:
-    """The file path of a ``sqlite:///relative.db`` or ``sqlite:////abs/path.db`` URL.
-
-    In-memory databases are refused: worker processes and the app must share one file.
-    """
-    scheme, sep, rest = url.partition(":")
-    if not sep or scheme.lower() != "sqlite" or not rest.startswith("///"):
-        raise XError(
-            f"{url!r} is not a SQLite database URL",
-            "write sqlite:///relative/path.db or sqlite:////absolute/path.db",
-            code="X_DATABASE_URL",
-        )
-    path = rest[3:]
-    if "?" in path:
-        raise XError(
-            f"SQLite database URL {url!r} has query parameters, which the driver does not read",
-            "write the bare file path: sqlite:///path/to/x.db",
-            code="X_DATABASE_URL",
-        )
-    if _is_memory(path):
-        raise XError(
-            f"SQLite database URL {url!r} names an in-memory database",
-            "workers and the app share jobs through a file: use sqlite:///x.db, or memory:// for tests",
-            code="X_DATABASE_URL",
-        )
-    return path
-
-
-def _is_memory(path: str) -> bool:
-    return path in _MEMORY_PATHS or path.startswith("file::memory:") or "mode=memory" in path
-
-
-def _dumps(value: Any, what: str, code: str, hint: str) -> str:
-    """JSON text for a column; NaN and infinities are refused as Postgres's jsonb refuses them."""
-    try:
-        return strict_dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what} is not JSON ({type(value).__name__}): {exc}", hint, code=code) from exc
-
-
-def _result_text(job_id: str, result: Any) -> str | None:
-    return None if result is None else _dumps(
-        result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job"
-    )
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _dt_or_none(seconds: float | None) -> datetime | None:
-    return None if seconds is None else to_datetime(seconds)
 
 
 def _opens_transactions_implicitly(conn: sqlite3.Connection) -> bool:
@@ -172,22 +85,6 @@ def _opens_transactions_implicitly(conn: sqlite3.Connection) -> bool:
     if autocommit is not None and autocommit != getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", None):
         return False
     return conn.isolation_level is not None
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return True
-    text = str(exc)
-    return "database is locked" in text or "database is busy" in text or "database table is locked" in text
-
-
-#: SQLite stores times as epoch seconds and JSON as text.
-_DECODE = Decoders(time=to_datetime, json=json.loads)
-
-
-def _job_record(row: sqlite3.Row) -> JobRecord:
-    return job_record(row, _DECODE)
 
 
 def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float) -> list[EnqueueResult]:
@@ -235,7 +132,7 @@ class SqliteDriver:
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
                  file_mode: int | None = None) -> None:
-        if _is_memory(path):
+        if is_memory_path(path):
             raise XError(
                 "the SQLite driver needs a file, not an in-memory database",
                 "workers and the app share jobs through a file: pass a path such as 'x.db'",
@@ -346,7 +243,7 @@ class SqliteDriver:
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
+                if not is_busy(exc):
                     coded = self._coded(exc)
                     if coded is exc:
                         raise
@@ -513,7 +410,7 @@ class SqliteDriver:
             return results
         except sqlite3.OperationalError as exc:
             # The caller's transaction is not ours to retry.
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise
             raise DriverError(
                 f"enqueue inside the caller's transaction could not take the write lock: {exc}",
@@ -572,18 +469,18 @@ class SqliteDriver:
         rows = self._write(run)
         # RETURNING yields rows in no promised order.
         rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
-        return [ClaimedJob(_job_record(row), row["claim_token"]) for row in rows]
+        return [ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows]
 
     @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
-        encoded = _result_text(job_id, result)
+        encoded = result_text(job_id, result)
         params = {"id": job_id, "claim_token": claim_token, "result": encoded, "now": self._now()}
         return self._execute("ack", params)[1] == 1
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one transaction (one commit), each fenced on its token."""
-        encoded = [_result_text(item.job_id, item.result) for item in acks]
+        encoded = [result_text(item.job_id, item.result) for item in acks]
 
         def run(conn: sqlite3.Connection, now: float) -> list[bool]:
             settled = []
@@ -643,7 +540,7 @@ class SqliteDriver:
             return row
 
         row = self._write(run)
-        return None if row is None else _job_record(row)
+        return None if row is None else job_record_of(row)
 
     @unknown_key(lambda: None)
     def retry(self, job_id: str) -> JobRecord | None:
@@ -668,7 +565,7 @@ class SqliteDriver:
             return None
         if retried:
             self._notify([row["queue"]])
-        return _job_record(row)
+        return job_record_of(row)
 
     def prune(self, older_than: float) -> int:
         """Delete jobs finished at least ``older_than`` seconds ago, and the steps of their runs."""
@@ -706,219 +603,3 @@ def _apply_migration(conn: sqlite3.Connection, now: float, migration: Migration)
 
 
 _MIGRATIONS: list[Migration] = load_migrations(__package__ or "ultimat3.drivers.sqlite")
-
-
-class SqliteIntrospection:
-    """Read side of :class:`SqliteDriver`: list, get, stats."""
-
-    def __init__(self, driver: SqliteDriver) -> None:
-        self._driver = driver
-
-    def list(self, filter: JobFilter = _EVERY_JOB) -> builtins.list[JobRecord]:
-        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
-        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
-            return []
-        params = {
-            "queue": filter.queue,
-            "name": filter.name,
-            "state": filter.state,
-            "tenant_id": filter.tenant_id,
-            "limit": max(filter.limit, 0),  # SQLite reads a negative LIMIT as "no limit"
-        }
-        return [_job_record(row) for row in self._driver._rows("jobs_list", params)]
-
-    @unknown_key(lambda: None)
-    def get(self, job_id: str) -> JobRecord | None:
-        """One job, or ``None`` when no job has that id."""
-        rows = self._driver._rows("job_get", {"id": job_id})
-        return _job_record(rows[0]) if rows else None
-
-    def waiting_names(self) -> builtins.list[WaitingName]:
-        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
-        return [WaitingName(row["queue"], row["name"], row["n"]) for row in self._driver._rows("jobs_waiting_names")]
-
-    def stats(self) -> builtins.list[QueueStats]:
-        """Counts in every state (zeros included) per queue that holds a job, by queue name."""
-        counts: dict[str, dict[str, int]] = {}
-        for row in self._driver._rows("jobs_stats"):
-            queue = counts.setdefault(row["queue"], dict.fromkeys(JOB_STATES, 0))
-            queue[row["state"]] = row["n"]
-        return [QueueStats(queue, counts[queue]) for queue in sorted(counts)]
-
-
-class SqliteStepStore:
-    """Durable step results in ``x_job_steps``; writes fenced by the claim token."""
-
-    def __init__(self, driver: SqliteDriver) -> None:
-        self._driver = driver
-
-    @unknown_key(dict)
-    def load(self, run_id: str) -> dict[str, StepRecord]:
-        """Every recorded step of ``run_id`` by name."""
-        return {
-            row["name"]: StepRecord(row["run_id"], row["name"], _loads(row["result"]), to_datetime(row["created_at"]))
-            for row in self._driver._rows("step_load", {"run_id": run_id})
-        }
-
-    @fenced_key(lambda: False)
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
-        """Record step ``name`` if the job is running under ``claim_token``; the first result wins."""
-        check_step_name(name)
-        encoded = _dumps(
-            result,
-            f'result of step "{name}"',
-            "X_STEP_RESULT",
-            "return JSON values from the step (str, int, float, bool, None, lists and dicts of them)",
-        )
-
-        def run(conn: sqlite3.Connection, now: float) -> bool:
-            params = {"job_id": job_id, "claim_token": claim_token, "name": name, "result": encoded, "now": now}
-            if conn.execute(QUERIES["step_record"], params).rowcount == 1:
-                return True
-            # Nothing inserted: either the step exists (a replay, fine) or the claim is gone.
-            claimed = conn.execute(QUERIES["job_is_claimed"], {"job_id": job_id, "claim_token": claim_token})
-            return claimed.fetchone() is not None
-
-        return self._driver._write(run)
-
-
-class SqliteBackfillLedger:
-    """The ``x_backfills`` ledger: one row per pass."""
-
-    def __init__(self, driver: SqliteDriver) -> None:
-        self._driver = driver
-
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
-        """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
-        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
-        params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
-        return backfill_run_of(self._driver._rows("backfill_start", params)[0])
-
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got."""
-        self._driver._execute("backfill_progress", {"run_id": run_id, "batches": batches, "rows": rows})
-
-    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
-        """Close the pass with ``status`` (``finished_at`` = now)."""
-        if status not in _FINISHED_BACKFILL:
-            raise ConfigError(
-                f"backfill run {run_id!r} cannot finish as {status!r}",
-                "finish a pass as 'completed', 'failed' or 'cancelled'",
-                code="X_BACKFILL_STATUS",
-            )
-        params = {"run_id": run_id, "status": status, "error": error, "now": self._driver._now()}
-        self._driver._execute("backfill_finish", params)
-
-    @unknown_key(lambda: None)
-    def get(self, run_id: str) -> BackfillRun | None:
-        """One pass by run id."""
-        rows = self._driver._rows("backfill_get", {"run_id": run_id})
-        return backfill_run_of(rows[0]) if rows else None
-
-    @unknown_key(lambda: None)
-    def last_completed(self, name: str) -> BackfillRun | None:
-        """The most recently finished ``completed`` pass of ``name``."""
-        rows = self._driver._rows("backfill_last_completed", {"name": name})
-        return backfill_run_of(rows[0]) if rows else None
-
-    def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
-        """Every pass (of ``name``), newest first."""
-        if not filter_is_storable(name):
-            return []
-        return [backfill_run_of(row) for row in self._driver._rows("backfill_list", {"name": name})]
-
-
-class SqliteLeaseStore:
-    """Fleet slots in ``x_leases``: the lowest free or expired slot is taken under the write lock."""
-
-    def __init__(self, driver: SqliteDriver) -> None:
-        self._driver = driver
-
-    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
-        """Take a free (or expired) slot in ``0..limit-1``; ``None`` when all are held."""
-        require_text("X_LEASE_KEY", key=key, holder=holder)
-        if limit < 1:
-            raise XError(
-                f"lease {key!r} asked for a limit of {limit}",
-                "a lease limit is a whole number of slots, at least 1",
-                code="X_LEASE_LIMIT",
-            )
-
-        def run(conn: sqlite3.Connection, now: float) -> Lease | None:
-            held = {
-                row["slot"]
-                for row in conn.execute(QUERIES["lease_slots"], {"key": key, "limit": limit})
-                if row["expires_at"] > now
-            }
-            slot = next((slot for slot in range(limit) if slot not in held), None)
-            if slot is None:
-                return None
-            lease = Lease(key, slot, holder, uuid.uuid4().hex, to_datetime(now + ttl))
-            params = {"key": key, "slot": slot, "holder": holder, "token": lease.token, "expires_at": now + ttl}
-            conn.execute(QUERIES["lease_take"], params)
-            return lease
-
-        return self._driver._write(run)
-
-    def renew(self, lease: Lease, ttl: float) -> Lease | None:
-        """Extend ``lease`` if its slot is still held under its token; ``None`` when lost."""
-        params = {"key": lease.key, "slot": lease.slot, "token": lease.token, "expires_at": self._driver._now() + ttl}
-        rows = self._driver._rows("lease_renew", params)
-        return lease_of(rows[0]) if rows else None
-
-    def release(self, lease: Lease) -> bool:
-        """Free the slot if still held under the lease's token."""
-        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
-        return self._driver._execute("lease_release", params)[1] == 1
-
-    @unknown_key(list)
-    def holders(self, key: str) -> builtins.list[Lease]:
-        """Unexpired leases of ``key``, by slot."""
-        return [lease_of(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
-
-
-class SqliteMigrationLedger:
-    """The ``x_migrations`` table (library ids ``x:...`` and the app's own)."""
-
-    def __init__(self, driver: SqliteDriver) -> None:
-        self._driver = driver
-
-    def applied(self) -> list[MigrationRecord]:
-        """Every applied migration, oldest first (none before the first migrate)."""
-        if not self._driver._rows("migrations_table_exists"):
-            return []
-        return [
-            MigrationRecord(row["id"], to_datetime(row["applied_at"]))
-            for row in self._driver._rows("migrations_applied")
-        ]
-
-    @unknown_key(lambda: False)
-    def is_applied(self, migration_id: str) -> bool:
-        """Whether ``migration_id`` is recorded."""
-        if not self._driver._rows("migrations_table_exists"):
-            return False
-        return bool(self._driver._rows("migration_is_applied", {"id": migration_id}))
-
-    def mark_applied(self, migration_id: str) -> None:
-        """Record ``migration_id`` as applied (idempotent)."""
-        require_text("X_MIGRATION_ID", migration_id=migration_id)
-        try:
-            self._driver._execute("migration_mark_applied", {"id": migration_id, "now": self._driver._now()})
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            raise DriverError(
-                f"cannot record migration {migration_id!r}: the x_migrations table does not exist",
-                "run `x db migrate` (or driver.migrate()) first",
-                code="X_DRIVER_MIGRATE",
-            ) from exc
-
-
-def backfill_run_of(row: sqlite3.Row) -> BackfillRun:
-    """An ``x_backfills`` row."""
-    return _backfill_run(row, _DECODE)
-
-
-def lease_of(row: sqlite3.Row) -> Lease:
-    """An ``x_leases`` row."""
-    return _lease(row, _DECODE)

@@ -1,0 +1,91 @@
+"""The SQLite driver's statements and how its rows and values read: epoch-second times, JSON text."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from ultimat3.core.clock import to_datetime
+from ultimat3.core.errors import ConfigError
+from ultimat3.drivers.protocol import (
+    BackfillRun,
+    JobFilter,
+    JobRecord,
+    Lease,
+)
+from ultimat3.drivers.records import Decoders, job_record
+from ultimat3.drivers.records import backfill_run as _backfill_run
+from ultimat3.drivers.records import lease as _lease
+from ultimat3.drivers.sql import load_queries
+from ultimat3.drivers.values import strict_dumps
+
+__all__ = [
+    "DECODE",
+    "EVERY_JOB",
+    "FINISHED_BACKFILL",
+    "QUERIES",
+    "backfill_run_of",
+    "dt_or_none",
+    "dumps_json",
+    "is_busy",
+    "job_record_of",
+    "lease_of",
+    "loads",
+    "result_text",
+]
+
+#: Every named statement of ``queries.sql``, parsed once at import.
+QUERIES: dict[str, str] = load_queries("ultimat3.drivers.sqlite")
+
+EVERY_JOB = JobFilter()
+FINISHED_BACKFILL = frozenset({"completed", "failed", "cancelled"})
+
+
+def dumps_json(value: Any, what: str, code: str, hint: str) -> str:
+    """JSON text for a column; NaN and infinities are refused as Postgres's jsonb refuses them."""
+    try:
+        return strict_dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} is not JSON ({type(value).__name__}): {exc}", hint, code=code) from exc
+
+
+def result_text(job_id: str, result: Any) -> str | None:
+    return None if result is None else dumps_json(
+        result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job"
+    )
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def dt_or_none(seconds: float | None) -> datetime | None:
+    return None if seconds is None else to_datetime(seconds)
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return True
+    text = str(exc)
+    return "database is locked" in text or "database is busy" in text or "database table is locked" in text
+
+
+#: SQLite stores times as epoch seconds and JSON as text.
+DECODE = Decoders(time=to_datetime, json=json.loads)
+
+
+def job_record_of(row: sqlite3.Row) -> JobRecord:
+    return job_record(row, DECODE)
+
+
+def backfill_run_of(row: sqlite3.Row) -> BackfillRun:
+    """An ``x_backfills`` row."""
+    return _backfill_run(row, DECODE)
+
+
+def lease_of(row: sqlite3.Row) -> Lease:
+    """An ``x_leases`` row."""
+    return _lease(row, DECODE)

@@ -1,0 +1,258 @@
+"""The SQLite driver's stores: introspection, steps, the backfill ledger, leases, migrations."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ultimat3.core.clock import to_datetime
+from ultimat3.core.errors import ConfigError, XError
+from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.protocol import (
+    JOB_STATES,
+    BackfillRun,
+    BackfillStatus,
+    JobFilter,
+    JobRecord,
+    Lease,
+    MigrationRecord,
+    QueueStats,
+    StepRecord,
+    WaitingName,
+)
+from ultimat3.drivers.sqlite.rows import (
+    EVERY_JOB,
+    FINISHED_BACKFILL,
+    QUERIES,
+    backfill_run_of,
+    dumps_json,
+    job_record_of,
+    lease_of,
+    loads,
+)
+from ultimat3.drivers.values import (
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    unknown_key,
+)
+
+if TYPE_CHECKING:
+    from ultimat3.drivers.sqlite.driver import SqliteDriver
+
+__all__ = [
+    "SqliteBackfillLedger",
+    "SqliteIntrospection",
+    "SqliteLeaseStore",
+    "SqliteMigrationLedger",
+    "SqliteStepStore",
+]
+
+
+class SqliteIntrospection:
+    """Read side of :class:`SqliteDriver`: list, get, stats."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def list(self, filter: JobFilter = EVERY_JOB) -> builtins.list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
+        params = {
+            "queue": filter.queue,
+            "name": filter.name,
+            "state": filter.state,
+            "tenant_id": filter.tenant_id,
+            "limit": max(filter.limit, 0),  # SQLite reads a negative LIMIT as "no limit"
+        }
+        return [job_record_of(row) for row in self._driver._rows("jobs_list", params)]
+
+    @unknown_key(lambda: None)
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        rows = self._driver._rows("job_get", {"id": job_id})
+        return job_record_of(rows[0]) if rows else None
+
+    def waiting_names(self) -> builtins.list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        return [WaitingName(row["queue"], row["name"], row["n"]) for row in self._driver._rows("jobs_waiting_names")]
+
+    def stats(self) -> builtins.list[QueueStats]:
+        """Counts in every state (zeros included) per queue that holds a job, by queue name."""
+        counts: dict[str, dict[str, int]] = {}
+        for row in self._driver._rows("jobs_stats"):
+            queue = counts.setdefault(row["queue"], dict.fromkeys(JOB_STATES, 0))
+            queue[row["state"]] = row["n"]
+        return [QueueStats(queue, counts[queue]) for queue in sorted(counts)]
+
+
+class SqliteStepStore:
+    """Durable step results in ``x_job_steps``; writes fenced by the claim token."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    @unknown_key(dict)
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        return {
+            row["name"]: StepRecord(row["run_id"], row["name"], loads(row["result"]), to_datetime(row["created_at"]))
+            for row in self._driver._rows("step_load", {"run_id": run_id})
+        }
+
+    @fenced_key(lambda: False)
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` if the job is running under ``claim_token``; the first result wins."""
+        check_step_name(name)
+        encoded = dumps_json(
+            result,
+            f'result of step "{name}"',
+            "X_STEP_RESULT",
+            "return JSON values from the step (str, int, float, bool, None, lists and dicts of them)",
+        )
+
+        def run(conn: sqlite3.Connection, now: float) -> bool:
+            params = {"job_id": job_id, "claim_token": claim_token, "name": name, "result": encoded, "now": now}
+            if conn.execute(QUERIES["step_record"], params).rowcount == 1:
+                return True
+            # Nothing inserted: either the step exists (a replay, fine) or the claim is gone.
+            claimed = conn.execute(QUERIES["job_is_claimed"], {"job_id": job_id, "claim_token": claim_token})
+            return claimed.fetchone() is not None
+
+        return self._driver._write(run)
+
+
+class SqliteBackfillLedger:
+    """The ``x_backfills`` ledger: one row per pass."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
+        params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
+        return backfill_run_of(self._driver._rows("backfill_start", params)[0])
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got."""
+        self._driver._execute("backfill_progress", {"run_id": run_id, "batches": batches, "rows": rows})
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the pass with ``status`` (``finished_at`` = now)."""
+        if status not in FINISHED_BACKFILL:
+            raise ConfigError(
+                f"backfill run {run_id!r} cannot finish as {status!r}",
+                "finish a pass as 'completed', 'failed' or 'cancelled'",
+                code="X_BACKFILL_STATUS",
+            )
+        params = {"run_id": run_id, "status": status, "error": error, "now": self._driver._now()}
+        self._driver._execute("backfill_finish", params)
+
+    @unknown_key(lambda: None)
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        rows = self._driver._rows("backfill_get", {"run_id": run_id})
+        return backfill_run_of(rows[0]) if rows else None
+
+    @unknown_key(lambda: None)
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        rows = self._driver._rows("backfill_last_completed", {"name": name})
+        return backfill_run_of(rows[0]) if rows else None
+
+    def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
+        """Every pass (of ``name``), newest first."""
+        if not filter_is_storable(name):
+            return []
+        return [backfill_run_of(row) for row in self._driver._rows("backfill_list", {"name": name})]
+
+
+class SqliteLeaseStore:
+    """Fleet slots in ``x_leases``: the lowest free or expired slot is taken under the write lock."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take a free (or expired) slot in ``0..limit-1``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
+        if limit < 1:
+            raise XError(
+                f"lease {key!r} asked for a limit of {limit}",
+                "a lease limit is a whole number of slots, at least 1",
+                code="X_LEASE_LIMIT",
+            )
+
+        def run(conn: sqlite3.Connection, now: float) -> Lease | None:
+            held = {
+                row["slot"]
+                for row in conn.execute(QUERIES["lease_slots"], {"key": key, "limit": limit})
+                if row["expires_at"] > now
+            }
+            slot = next((slot for slot in range(limit) if slot not in held), None)
+            if slot is None:
+                return None
+            lease = Lease(key, slot, holder, uuid.uuid4().hex, to_datetime(now + ttl))
+            params = {"key": key, "slot": slot, "holder": holder, "token": lease.token, "expires_at": now + ttl}
+            conn.execute(QUERIES["lease_take"], params)
+            return lease
+
+        return self._driver._write(run)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend ``lease`` if its slot is still held under its token; ``None`` when lost."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token, "expires_at": self._driver._now() + ttl}
+        rows = self._driver._rows("lease_renew", params)
+        return lease_of(rows[0]) if rows else None
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
+        return self._driver._execute("lease_release", params)[1] == 1
+
+    @unknown_key(list)
+    def holders(self, key: str) -> builtins.list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        return [lease_of(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]
+
+
+class SqliteMigrationLedger:
+    """The ``x_migrations`` table (library ids ``x:...`` and the app's own)."""
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self._driver = driver
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first (none before the first migrate)."""
+        if not self._driver._rows("migrations_table_exists"):
+            return []
+        return [
+            MigrationRecord(row["id"], to_datetime(row["applied_at"]))
+            for row in self._driver._rows("migrations_applied")
+        ]
+
+    @unknown_key(lambda: False)
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        if not self._driver._rows("migrations_table_exists"):
+            return False
+        return bool(self._driver._rows("migration_is_applied", {"id": migration_id}))
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied (idempotent)."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
+        try:
+            self._driver._execute("migration_mark_applied", {"id": migration_id, "now": self._driver._now()})
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            raise DriverError(
+                f"cannot record migration {migration_id!r}: the x_migrations table does not exist",
+                "run `x db migrate` (or driver.migrate()) first",
+                code="X_DRIVER_MIGRATE",
+            ) from exc
