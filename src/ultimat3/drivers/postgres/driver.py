@@ -20,54 +20,62 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
-from ultimat3.core.errors import ConfigError, XError
-from ultimat3.core.throttle import ThrottledLog
-from ultimat3.drivers.errors import DriverError, JobDuplicateError, StepResultError
+from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.postgres.database import (
+    CONNECT_TIMEOUT,
+    _all_or_nothing,
+    _caller_connection,
+    _Database,
+    conninfo_from_url,
+)
 from ultimat3.drivers.postgres.listener import Listener
+from ultimat3.drivers.postgres.rows import (
+    _LISTEN_READY_TIMEOUT,
+    _Q,
+    _RACE_RETRIES,
+    DEFAULT_CHANNEL,
+    PRUNE_CHUNK,
+    Conn,
+    Row,
+    _as_is,
+    _job,
+    _rows,
+    _tuples,
+)
+from ultimat3.drivers.postgres.stores import (
+    PostgresBackfillLedger,
+    PostgresIntrospection,
+    PostgresLeaseStore,
+    PostgresMigrationLedger,
+    PostgresStepStore,
+)
 from ultimat3.drivers.protocol import (
-    JOB_STATES,
     Ack,
-    BackfillRun,
-    BackfillStatus,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
     EnqueueResult,
-    JobFilter,
     JobRecord,
-    Lease,
-    MigrationRecord,
     NackRequest,
-    QueueStats,
-    StepRecord,
-    WaitingName,
     WakeCallback,
 )
-from ultimat3.drivers.records import Decoders, backfill_run, job_record, lease
-from ultimat3.drivers.sql import load_migrations, load_queries
+from ultimat3.drivers.sql import load_migrations
 from ultimat3.drivers.staging import stage
 from ultimat3.drivers.values import (
-    check_step_name,
     fenced_key,
-    filter_is_storable,
     is_storable_text,
-    require_text,
     result_text,
     storable,
-    strict_dumps,
     unknown_key,
 )
 
@@ -83,425 +91,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-_throttled = ThrottledLog(_log)
-
-T = TypeVar("T")
-Conn = psycopg.Connection[Any]
-Row = dict[str, Any]
-
-#: The NOTIFY channel enqueues announce themselves on.
-DEFAULT_CHANNEL: Final = "x_jobs"
-_SCHEMES: Final = ("postgres", "postgresql", "postgresql+psycopg")
-_FINISHED_BACKFILL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
-_EVERY_JOB: Final = JobFilter()
-#: Rows deleted per prune statement: bounded so a big prune never holds long locks or a huge WAL burst.
-PRUNE_CHUNK: Final = 1000
-# How often an enqueue re-runs when the live row it collided with finished before it could be read.
-_RACE_RETRIES: Final = 8
-# How long subscribe() waits for LISTEN to be in effect before returning anyway.
-_LISTEN_READY_TIMEOUT: Final = 5.0
-#: Every named statement of ``queries.sql``, parsed once at import.
-_Q: Final = load_queries("ultimat3.drivers.postgres")
-
-
-#: Seconds the first connection may take before the driver reports the server unreachable.
-CONNECT_TIMEOUT = 5
-
-def conninfo_from_url(url: str) -> str:
-    """The libpq URL for a ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://`` URL."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in _SCHEMES:
-        raise DriverError(
-            f"{url!r} is not a PostgreSQL URL",
-            "write postgresql://user:password@host:5432/database",
-            code="X_DATABASE_URL",
-        )
-    return "postgresql://" + rest
-
-
-def _utc(value: datetime) -> datetime:
-    """A timestamptz as the aware UTC datetime every driver reports, whatever the session zone."""
-    return value.astimezone(UTC)
-
-
-def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
-def _as_is(text: Any) -> str:
-    """``dumps`` for a value already serialised (and validated) by :func:`_json_text`."""
-    return str(text)
-
-
-def _json_text(value: Any) -> str:
-    """``value`` as JSON text, refusing what a ``jsonb`` column refuses (NaN and infinities too).
-
-    Raises ``TypeError``/``ValueError`` like the memory driver, before anything reaches the server.
-    """
-    return strict_dumps(value)
-
-
-def _jsonb(value: Any) -> Jsonb:
-    return Jsonb(_json_text(value), dumps=_as_is)
-
-
-#: PostgreSQL stores times as timestamptz and JSON as jsonb (decoded by psycopg already).
-_DECODE = Decoders(time=_utc, json=lambda value: value)
-
-
-def _job(row: Row) -> JobRecord:
-    return job_record(row, _DECODE)
-
-
-def _backfill(row: Row) -> BackfillRun:
-    return backfill_run(row, _DECODE)
-
-
-def _lease(row: Row) -> Lease:
-    return lease(row, _DECODE)
-
-
-def _rows(conn: Conn) -> psycopg.Cursor[Row]:
-    """A cursor yielding dicts, whatever row factory the connection (maybe a caller's) has."""
-    return conn.cursor(row_factory=dict_row)
-
-
-def _tuples(conn: Conn) -> psycopg.Cursor[tuple[Any, ...]]:
-    return conn.cursor(row_factory=tuple_row)
-
-
-class _Database:
-    """The pool, the clock and the retry-once-on-a-lost-connection rule, shared by every part."""
-
-    def __init__(self, pool: ConnectionPool[Conn], clock: Clock) -> None:
-        self.pool = pool
-        self.clock = clock
-
-    def now(self) -> float:
-        return self.clock.now()
-
-    def run(self, op: Callable[[Conn, bool], T]) -> T:
-        """``op(conn, retrying)`` on a pooled connection, once more on a fresh one if it was lost."""
-        retrying = False
-        while True:
-            used: Conn | None = None
-            try:
-                with self.pool.connection() as conn:
-                    used = conn
-                    return op(conn, retrying)
-            except PoolClosed as exc:
-                raise DriverError(
-                    "the PostgresDriver was closed",
-                    "use the driver before close(), or create a new one",
-                    code="X_DRIVER_CLOSED",
-                ) from exc
-            except PoolTimeout as exc:
-                raise DriverError(
-                    f"no PostgreSQL connection within {self.pool.timeout:g}s: {exc}",
-                    "check that the server at X_DATABASE_URL is up and accepts connections",
-                    code="X_DATABASE_UNREACHABLE",
-                ) from exc
-            except psycopg.OperationalError as exc:
-                # Only a dead connection is retried: a query error on a live one is the caller's.
-                if used is None or not used.closed:
-                    raise
-                if retrying:
-                    raise DriverError(
-                        f"lost the PostgreSQL connection twice in a row: {exc}",
-                        "check that the server at X_DATABASE_URL is up; the operation may be retried",
-                        code="X_DATABASE_UNREACHABLE",
-                    ) from exc
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                _throttled.warning("connection", "PostgreSQL connection lost (%s); retrying once on a fresh one", first)
-                # A restart kills every idle connection at once: drop them all, not one per call.
-                self.pool.check()
-                retrying = True
-
-
-def _caller_connection(connection: Any) -> Conn:
-    """The psycopg connection behind a caller's psycopg or SQLAlchemy ``Connection``."""
-    if isinstance(connection, psycopg.Connection):
-        return connection
-    # Imported here: only transactional enqueues pay for loading SQLAlchemy.
-    from sqlalchemy.engine import Connection as SAConnection
-
-    if isinstance(connection, SAConnection):
-        # What any execute on it would do ("autobegin"): the caller's commit() then covers the job.
-        if not connection.in_transaction():
-            connection.begin()
-        raw = connection.connection.driver_connection
-        if isinstance(raw, psycopg.Connection):
-            return raw
-        raise DriverError(
-            f"the SQLAlchemy connection uses the {connection.dialect.driver!r} DBAPI, not psycopg 3",
-            'create the engine as create_engine("postgresql+psycopg://...") to enqueue inside it',
-            code="X_DRIVER_CONNECTION",
-        )
-    raise DriverError(
-        f"cannot enqueue inside a {type(connection).__module__}.{type(connection).__qualname__}",
-        "pass a psycopg (3) Connection or a SQLAlchemy Connection on a postgresql+psycopg engine,"
-        " in the transaction the job must commit with",
-        code="X_DRIVER_CONNECTION",
-    )
-
-
-@contextmanager
-def _all_or_nothing(conn: Conn) -> Iterator[None]:
-    """Make several statements on a caller's connection atomic without ending its transaction.
-
-    In autocommit there is no caller transaction: open (and commit) our own. Otherwise a savepoint,
-    so a failure undoes only our rows and the caller's transaction stays usable (and theirs to end).
-    psycopg's ``transaction()`` is not used there: on an idle connection it would COMMIT on exit.
-    """
-    if conn.autocommit:
-        with conn.transaction():
-            yield
-        return
-    with _tuples(conn) as cur:
-        cur.execute("SAVEPOINT x_enqueue")
-        try:
-            yield
-        except BaseException:
-            if not conn.closed:
-                with suppress(psycopg.Error):
-                    cur.execute("ROLLBACK TO SAVEPOINT x_enqueue")
-                    cur.execute("RELEASE SAVEPOINT x_enqueue")
-            raise
-        cur.execute("RELEASE SAVEPOINT x_enqueue")
-
-
-class PostgresIntrospection:
-    """The read side, for the CLI and dashboards."""
-
-    def __init__(self, db: _Database) -> None:
-        self._db = db
-
-    @unknown_key(lambda: None)
-    def get(self, job_id: str) -> JobRecord | None:
-        """One job, or ``None`` when no job has that id."""
-        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
-        return None if row is None else _job(row)
-
-    def waiting_names(self) -> list[WaitingName]:
-        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_waiting_names"]).fetchall())
-        return [WaitingName(queue, name, count) for queue, name, count in rows]
-
-    def stats(self) -> list[QueueStats]:
-        """Counts for all seven states of every queue that holds a job, by queue name."""
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_stats"]).fetchall())
-        counts: dict[str, dict[str, int]] = {}
-        for queue, state, count in rows:
-            counts.setdefault(queue, dict.fromkeys(JOB_STATES, 0))[state] = count
-        return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
-
-    # Defined last: a method named ``list`` would shadow the builtin in later annotations.
-    def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
-        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
-        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
-            return []
-        params = {
-            "queue": filter.queue,
-            "name": filter.name,
-            "state": filter.state,
-            "tenant_id": filter.tenant_id,
-            "limit": max(0, filter.limit),
-        }
-        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_list"], params).fetchall())
-        return [_job(row) for row in rows]
-
-
-class PostgresStepStore:
-    """Durable step results keyed by (run id, step name); first write wins."""
-
-    def __init__(self, db: _Database) -> None:
-        self._db = db
-
-    @unknown_key(dict)
-    def load(self, run_id: str) -> dict[str, StepRecord]:
-        """Every recorded step of ``run_id`` by name."""
-        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["steps_load"], {"run_id": run_id}).fetchall())
-        return {
-            row["name"]: StepRecord(
-                run_id=row["run_id"], name=row["name"], result=row["result"], created_at=_utc(row["created_at"])
-            )
-            for row in rows
-        }
-
-    @fenced_key(lambda: False)
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
-        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
-
-        ``True`` also when the run already had the step (its first result is kept). Raises
-        :class:`~ultimat3.drivers.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
-        ``result`` is not JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
-        """
-        check_step_name(name)
-        try:
-            value = _jsonb(result)
-        except (TypeError, ValueError) as exc:
-            raise StepResultError(
-                f'step "{name}" returned a value that is not JSON ({type(result).__name__}): {exc}',
-                "return JSON from a step: dicts, lists, strings, numbers (finite), booleans or None",
-                code="X_STEP_RESULT",
-            ) from exc
-        params = {
-            "id": job_id,
-            "token": claim_token,
-            "name": name,
-            "result": value,
-            "now": to_datetime(self._db.now()),
-        }
-        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params).fetchone())
-        return row is not None and row[0] == 1
-
-
-class PostgresBackfillLedger:
-    """The ``x_backfills`` ledger: one row per pass, history never overwritten."""
-
-    def __init__(self, db: _Database) -> None:
-        self._db = db
-
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
-        """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
-        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
-        params = {
-            "run_id": run_id,
-            "name": name,
-            "checksum": checksum,
-            "job_id": job_id,
-            "now": to_datetime(self._db.now()),
-        }
-        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_start"], params).fetchone())
-        assert row is not None  # INSERT .. ON CONFLICT DO UPDATE always returns the row
-        return _backfill(row)
-
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
-        params = {"run_id": run_id, "batches": batches, "rows": rows}
-        self._db.run(lambda conn, _: conn.execute(_Q["backfill_progress"], params))
-
-    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
-        """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""
-        if status not in _FINISHED_BACKFILL:
-            raise ConfigError(
-                f"backfill run {run_id!r} cannot finish as {status!r}",
-                "finish a pass as 'completed', 'failed' or 'cancelled'",
-                code="X_BACKFILL_STATUS",
-            )
-        params = {"run_id": run_id, "status": status, "error": error, "now": to_datetime(self._db.now())}
-        self._db.run(lambda conn, _: conn.execute(_Q["backfill_finish"], params))
-
-    @unknown_key(lambda: None)
-    def get(self, run_id: str) -> BackfillRun | None:
-        """One pass by run id."""
-        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_get"], {"run_id": run_id}).fetchone())
-        return None if row is None else _backfill(row)
-
-    @unknown_key(lambda: None)
-    def last_completed(self, name: str) -> BackfillRun | None:
-        """The most recently finished ``completed`` pass of ``name``."""
-        row = self._db.run(
-            lambda conn, _: _rows(conn).execute(_Q["backfill_last_completed"], {"name": name}).fetchone()
-        )
-        return None if row is None else _backfill(row)
-
-    def list(self, name: str | None = None) -> list[BackfillRun]:
-        """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
-        if not filter_is_storable(name):
-            return []
-        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_list"], {"name": name}).fetchall())
-        return [_backfill(row) for row in rows]
-
-
-class PostgresLeaseStore:
-    """Fleet slots ``0..limit-1`` per key; a slot is free when it has no row or its row expired."""
-
-    def __init__(self, db: _Database) -> None:
-        self._db = db
-
-    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
-        """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
-        require_text("X_LEASE_KEY", key=key, holder=holder)
-        if limit < 1:
-            raise XError(
-                f"lease {key!r} asked for limit {limit}",
-                "a fleet limit is at least 1 concurrent holder",
-                code="X_LEASE_LIMIT",
-            )
-        now = self._db.now()
-        params = {
-            "key": key,
-            "holder": holder,
-            "limit": limit,
-            "token": uuid.uuid4().hex,
-            "now": to_datetime(now),
-            "expires_at": to_datetime(now + ttl),
-        }
-
-        def op(conn: Conn, retrying: bool) -> Row | None:
-            with conn.transaction():
-                cur = _rows(conn)
-                if retrying:
-                    # The lost attempt may have committed: the token is ours alone.
-                    held = cur.execute(_Q["lease_by_token"], params).fetchone()
-                    if held is not None:
-                        return held
-                cur.execute(_Q["lease_lock"], params)
-                return cur.execute(_Q["lease_acquire"], params).fetchone()
-
-        row = self._db.run(op)
-        return None if row is None else _lease(row)
-
-    def renew(self, lease: Lease, ttl: float) -> Lease | None:
-        """Extend a lease still held under its token (even if it expired meanwhile but nobody
-        re-took the slot: only the token decides); ``None`` when it was lost."""
-        params = {
-            "key": lease.key,
-            "slot": lease.slot,
-            "token": lease.token,
-            "expires_at": to_datetime(self._db.now() + ttl),
-        }
-        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_renew"], params).fetchone())
-        return None if row is None else _lease(row)
-
-    def release(self, lease: Lease) -> bool:
-        """Free the slot if still held under the lease's token."""
-        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
-        return self._db.run(lambda conn, _: conn.execute(_Q["lease_release"], params).rowcount) == 1
-
-    @unknown_key(list)
-    def holders(self, key: str) -> list[Lease]:
-        """Unexpired leases of ``key``, by slot."""
-        params = {"key": key, "now": to_datetime(self._db.now())}
-        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_holders"], params).fetchall())
-        return [_lease(row) for row in rows]
-
-
-class PostgresMigrationLedger:
-    """The ``x_migrations`` ledger (the library's migrations and the app's)."""
-
-    def __init__(self, db: _Database) -> None:
-        self._db = db
-
-    def applied(self) -> list[MigrationRecord]:
-        """Every applied migration, oldest first (in the order they were recorded)."""
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["migrations_applied"]).fetchall())
-        return [MigrationRecord(id=mid, applied_at=_utc(at)) for mid, at in rows]
-
-    @unknown_key(lambda: False)
-    def is_applied(self, migration_id: str) -> bool:
-        """Whether ``migration_id`` is recorded."""
-        row = self._db.run(
-            lambda conn, _: _tuples(conn).execute(_Q["migration_is_applied"], {"id": migration_id}).fetchone()
-        )
-        return bool(row and row[0])
-
-    def mark_applied(self, migration_id: str) -> None:
-        """Record ``migration_id`` as applied now; a second call keeps the first time."""
-        require_text("X_MIGRATION_ID", migration_id=migration_id)
-        params = {"id": migration_id, "now": to_datetime(self._db.now())}
-        self._db.run(lambda conn, _: conn.execute(_Q["migration_mark"], params))
 
 
 class _Staged:

@@ -1,0 +1,91 @@
+"""The PostgreSQL driver's statements, cursors, and how its rows and values read (timestamptz, jsonb)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+
+from ultimat3.drivers.protocol import (
+    BackfillRun,
+    JobFilter,
+    JobRecord,
+    Lease,
+)
+from ultimat3.drivers.records import Decoders, backfill_run, job_record, lease
+from ultimat3.drivers.sql import load_queries
+from ultimat3.drivers.values import (
+    strict_dumps,
+)
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+Row = dict[str, Any]
+
+#: The NOTIFY channel enqueues announce themselves on.
+DEFAULT_CHANNEL: Final = "x_jobs"
+_SCHEMES: Final = ("postgres", "postgresql", "postgresql+psycopg")
+_FINISHED_BACKFILL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+_EVERY_JOB: Final = JobFilter()
+#: Rows deleted per prune statement: bounded so a big prune never holds long locks or a huge WAL burst.
+PRUNE_CHUNK: Final = 1000
+# How often an enqueue re-runs when the live row it collided with finished before it could be read.
+_RACE_RETRIES: Final = 8
+# How long subscribe() waits for LISTEN to be in effect before returning anyway.
+_LISTEN_READY_TIMEOUT: Final = 5.0
+#: Every named statement of ``queries.sql``, parsed once at import.
+_Q: Final = load_queries("ultimat3.drivers.postgres")
+
+
+def _utc(value: datetime) -> datetime:
+    """A timestamptz as the aware UTC datetime every driver reports, whatever the session zone."""
+    return value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def _as_is(text: Any) -> str:
+    """``dumps`` for a value already serialised (and validated) by :func:`_json_text`."""
+    return str(text)
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text, refusing what a ``jsonb`` column refuses (NaN and infinities too).
+
+    Raises ``TypeError``/``ValueError`` like the memory driver, before anything reaches the server.
+    """
+    return strict_dumps(value)
+
+
+def _jsonb(value: Any) -> Jsonb:
+    return Jsonb(_json_text(value), dumps=_as_is)
+
+
+#: PostgreSQL stores times as timestamptz and JSON as jsonb (decoded by psycopg already).
+_DECODE = Decoders(time=_utc, json=lambda value: value)
+
+
+def _job(row: Row) -> JobRecord:
+    return job_record(row, _DECODE)
+
+
+def _backfill(row: Row) -> BackfillRun:
+    return backfill_run(row, _DECODE)
+
+
+def _lease(row: Row) -> Lease:
+    return lease(row, _DECODE)
+
+
+def _rows(conn: Conn) -> psycopg.Cursor[Row]:
+    """A cursor yielding dicts, whatever row factory the connection (maybe a caller's) has."""
+    return conn.cursor(row_factory=dict_row)
+
+
+def _tuples(conn: Conn) -> psycopg.Cursor[tuple[Any, ...]]:
+    return conn.cursor(row_factory=tuple_row)

@@ -1,0 +1,278 @@
+"""The PostgreSQL driver's stores: introspection, steps, the backfill ledger, leases, migrations."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ultimat3.core.clock import to_datetime
+from ultimat3.core.errors import ConfigError, XError
+from ultimat3.drivers.errors import StepResultError
+from ultimat3.drivers.postgres.database import _Database
+from ultimat3.drivers.postgres.rows import (
+    _EVERY_JOB,
+    _FINISHED_BACKFILL,
+    _Q,
+    Conn,
+    Row,
+    _backfill,
+    _job,
+    _jsonb,
+    _lease,
+    _rows,
+    _tuples,
+    _utc,
+)
+from ultimat3.drivers.protocol import (
+    JOB_STATES,
+    BackfillRun,
+    BackfillStatus,
+    JobFilter,
+    JobRecord,
+    Lease,
+    MigrationRecord,
+    QueueStats,
+    StepRecord,
+    WaitingName,
+)
+from ultimat3.drivers.values import (
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    unknown_key,
+)
+
+
+class PostgresIntrospection:
+    """The read side, for the CLI and dashboards."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    @unknown_key(lambda: None)
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
+        return None if row is None else _job(row)
+
+    def waiting_names(self) -> list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_waiting_names"]).fetchall())
+        return [WaitingName(queue, name, count) for queue, name, count in rows]
+
+    def stats(self) -> list[QueueStats]:
+        """Counts for all seven states of every queue that holds a job, by queue name."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_stats"]).fetchall())
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, count in rows:
+            counts.setdefault(queue, dict.fromkeys(JOB_STATES, 0))[state] = count
+        return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
+
+    # Defined last: a method named ``list`` would shadow the builtin in later annotations.
+    def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
+        params = {
+            "queue": filter.queue,
+            "name": filter.name,
+            "state": filter.state,
+            "tenant_id": filter.tenant_id,
+            "limit": max(0, filter.limit),
+        }
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_list"], params).fetchall())
+        return [_job(row) for row in rows]
+
+
+class PostgresStepStore:
+    """Durable step results keyed by (run id, step name); first write wins."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    @unknown_key(dict)
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["steps_load"], {"run_id": run_id}).fetchall())
+        return {
+            row["name"]: StepRecord(
+                run_id=row["run_id"], name=row["name"], result=row["result"], created_at=_utc(row["created_at"])
+            )
+            for row in rows
+        }
+
+    @fenced_key(lambda: False)
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
+
+        ``True`` also when the run already had the step (its first result is kept). Raises
+        :class:`~ultimat3.drivers.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
+        ``result`` is not JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
+        """
+        check_step_name(name)
+        try:
+            value = _jsonb(result)
+        except (TypeError, ValueError) as exc:
+            raise StepResultError(
+                f'step "{name}" returned a value that is not JSON ({type(result).__name__}): {exc}',
+                "return JSON from a step: dicts, lists, strings, numbers (finite), booleans or None",
+                code="X_STEP_RESULT",
+            ) from exc
+        params = {
+            "id": job_id,
+            "token": claim_token,
+            "name": name,
+            "result": value,
+            "now": to_datetime(self._db.now()),
+        }
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params).fetchone())
+        return row is not None and row[0] == 1
+
+
+class PostgresBackfillLedger:
+    """The ``x_backfills`` ledger: one row per pass, history never overwritten."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
+        params = {
+            "run_id": run_id,
+            "name": name,
+            "checksum": checksum,
+            "job_id": job_id,
+            "now": to_datetime(self._db.now()),
+        }
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_start"], params).fetchone())
+        assert row is not None  # INSERT .. ON CONFLICT DO UPDATE always returns the row
+        return _backfill(row)
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
+        params = {"run_id": run_id, "batches": batches, "rows": rows}
+        self._db.run(lambda conn, _: conn.execute(_Q["backfill_progress"], params))
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""
+        if status not in _FINISHED_BACKFILL:
+            raise ConfigError(
+                f"backfill run {run_id!r} cannot finish as {status!r}",
+                "finish a pass as 'completed', 'failed' or 'cancelled'",
+                code="X_BACKFILL_STATUS",
+            )
+        params = {"run_id": run_id, "status": status, "error": error, "now": to_datetime(self._db.now())}
+        self._db.run(lambda conn, _: conn.execute(_Q["backfill_finish"], params))
+
+    @unknown_key(lambda: None)
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_get"], {"run_id": run_id}).fetchone())
+        return None if row is None else _backfill(row)
+
+    @unknown_key(lambda: None)
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        row = self._db.run(
+            lambda conn, _: _rows(conn).execute(_Q["backfill_last_completed"], {"name": name}).fetchone()
+        )
+        return None if row is None else _backfill(row)
+
+    def list(self, name: str | None = None) -> list[BackfillRun]:
+        """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
+        if not filter_is_storable(name):
+            return []
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_list"], {"name": name}).fetchall())
+        return [_backfill(row) for row in rows]
+
+
+class PostgresLeaseStore:
+    """Fleet slots ``0..limit-1`` per key; a slot is free when it has no row or its row expired."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
+        if limit < 1:
+            raise XError(
+                f"lease {key!r} asked for limit {limit}",
+                "a fleet limit is at least 1 concurrent holder",
+                code="X_LEASE_LIMIT",
+            )
+        now = self._db.now()
+        params = {
+            "key": key,
+            "holder": holder,
+            "limit": limit,
+            "token": uuid.uuid4().hex,
+            "now": to_datetime(now),
+            "expires_at": to_datetime(now + ttl),
+        }
+
+        def op(conn: Conn, retrying: bool) -> Row | None:
+            with conn.transaction():
+                cur = _rows(conn)
+                if retrying:
+                    # The lost attempt may have committed: the token is ours alone.
+                    held = cur.execute(_Q["lease_by_token"], params).fetchone()
+                    if held is not None:
+                        return held
+                cur.execute(_Q["lease_lock"], params)
+                return cur.execute(_Q["lease_acquire"], params).fetchone()
+
+        row = self._db.run(op)
+        return None if row is None else _lease(row)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a lease still held under its token (even if it expired meanwhile but nobody
+        re-took the slot: only the token decides); ``None`` when it was lost."""
+        params = {
+            "key": lease.key,
+            "slot": lease.slot,
+            "token": lease.token,
+            "expires_at": to_datetime(self._db.now() + ttl),
+        }
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_renew"], params).fetchone())
+        return None if row is None else _lease(row)
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
+        return self._db.run(lambda conn, _: conn.execute(_Q["lease_release"], params).rowcount) == 1
+
+    @unknown_key(list)
+    def holders(self, key: str) -> list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        params = {"key": key, "now": to_datetime(self._db.now())}
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["lease_holders"], params).fetchall())
+        return [_lease(row) for row in rows]
+
+
+class PostgresMigrationLedger:
+    """The ``x_migrations`` ledger (the library's migrations and the app's)."""
+
+    def __init__(self, db: _Database) -> None:
+        self._db = db
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first (in the order they were recorded)."""
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["migrations_applied"]).fetchall())
+        return [MigrationRecord(id=mid, applied_at=_utc(at)) for mid, at in rows]
+
+    @unknown_key(lambda: False)
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        row = self._db.run(
+            lambda conn, _: _tuples(conn).execute(_Q["migration_is_applied"], {"id": migration_id}).fetchone()
+        )
+        return bool(row and row[0])
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied now; a second call keeps the first time."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
+        params = {"id": migration_id, "now": to_datetime(self._db.now())}
+        self._db.run(lambda conn, _: conn.execute(_Q["migration_mark"], params))
