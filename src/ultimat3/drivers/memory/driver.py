@@ -1,0 +1,365 @@
+"""The in-process driver: every table of the SQL schema as a dict behind one lock.
+
+For tests and ``x dev``. It keeps the exact semantics the SQL drivers keep (the contract suite in
+``tests/contract`` runs against all three), so nothing a test proves here stops being true on
+SQLite or PostgreSQL. Values cross the boundary as JSON, as they would through a ``jsonb`` column:
+what a caller hands in is copied on the way in and on the way out, so neither side can mutate the
+other's state.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ultimat3.core.clock import Clock, system_clock
+from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.memory.state import (
+    _RUNNABLE_WAITING,
+    INIT_MIGRATION,
+    _Job,
+    _log,
+    _Store,
+)
+from ultimat3.drivers.memory.stores import (
+    MemoryBackfillLedger,
+    MemoryIntrospection,
+    MemoryLeaseStore,
+    MemoryMigrationLedger,
+    MemoryStepStore,
+)
+from ultimat3.drivers.protocol import (
+    FINAL_STATES,
+    Ack,
+    BackfillLedger,
+    ClaimedJob,
+    ClaimRequest,
+    EnqueueRequest,
+    EnqueueResult,
+    JobIntrospection,
+    JobRecord,
+    LeaseStore,
+    MigrationLedger,
+    NackRequest,
+    StepStore,
+    WakeCallback,
+)
+from ultimat3.drivers.staging import stage
+from ultimat3.drivers.values import (
+    fenced_key,
+    is_storable_text,
+    result_text,
+    storable,
+    unknown_key,
+)
+
+__all__ = [
+    "MemoryBackfillLedger",
+    "MemoryDriver",
+    "MemoryIntrospection",
+    "MemoryLeaseStore",
+    "MemoryMigrationLedger",
+    "MemoryStepStore",
+]
+
+
+class MemoryDriver:
+    """A :class:`~ultimat3.drivers.protocol.JobDriver` that keeps everything in this process.
+
+    Thread-safe (one lock over all state). No cross-process wake-ups and no transactional
+    enqueue: there is no database transaction to join.
+    """
+
+    name = "memory"
+    url = "memory://"
+    supports_listen_notify = False
+    supports_transactional_enqueue = False
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else system_clock
+        self._store = _Store(self.clock)
+        self._subscribers: list[WakeCallback] = []
+        # Annotated with the protocol types: the protocol's attributes are settable, so mypy
+        # compares them invariantly.
+        self.introspect: JobIntrospection = MemoryIntrospection(self._store)
+        self.steps: StepStore = MemoryStepStore(self._store)
+        self.backfills: BackfillLedger = MemoryBackfillLedger(self._store)
+        self.leases: LeaseStore = MemoryLeaseStore(self._store)
+        self.migrations: MigrationLedger = MemoryMigrationLedger(self._store)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Record the library's migration (there are no tables to create); ids applied now."""
+        if self.migrations.is_applied(INIT_MIGRATION):
+            return []
+        self.migrations.mark_applied(INIT_MIGRATION)
+        return [INIT_MIGRATION]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def enqueue(self, request: EnqueueRequest, connection: Any = None) -> EnqueueResult:
+        """Write one job, deduplicated per (name, idempotency key) among live states."""
+        return self.enqueue_many([request], connection)[0]
+
+    def enqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """Write several jobs all-or-nothing: if one raises, none is written."""
+        if connection is not None:
+            raise DriverError(
+                "the memory driver cannot enqueue inside a caller's transaction",
+                "drop connection=..., or use the sqlite or postgres driver to enqueue transactionally",
+                code="X_DRIVER_CONNECTION",
+            )
+        # Checked (and copied through JSON) before taking the lock: a bad request fails before
+        # anything is staged.
+        prepared = [stage(request) for request in requests]
+        results: list[EnqueueResult] = []
+        woken: list[str] = []
+        with self._store.lock:
+            now = self.clock.now()
+            staged: list[_Job] = []
+            staged_keys: dict[tuple[str, str], _Job] = {}
+            for item in prepared:
+                request = item.request
+                key = None if request.idempotency_key is None else (request.name, request.idempotency_key)
+                existing: _Job | None = None
+                if key is not None:
+                    existing = staged_keys.get(key)
+                    if existing is None and key in self._store.live_keys:
+                        existing = self._store.jobs[self._store.live_keys[key]]
+                if existing is not None:
+                    if request.on_conflict == "error":
+                        raise item.duplicate(existing.id)
+                    results.append(EnqueueResult(id=existing.id, run_id=existing.run_id, deduped=True))
+                    continue
+                columns = item.columns(now)
+                job = _Job(
+                    id=item.id,
+                    run_id=item.run_id,
+                    name=request.name,
+                    queue=request.queue,
+                    payload=json.loads(item.payload),  # a copy through JSON, as a database would keep
+                    state=columns["state"],
+                    priority=request.priority,
+                    attempt=0,
+                    max_attempts=request.max_attempts,
+                    run_at=columns["run_at"],
+                    created_at=now,
+                    updated_at=now,
+                    idempotency_key=request.idempotency_key,
+                    tenant_id=request.tenant_id,
+                    traceparent=request.traceparent,
+                    enqueued_by=request.enqueued_by,
+                )
+                staged.append(job)
+                if key is not None:
+                    staged_keys[key] = job
+                results.append(EnqueueResult(id=job.id, run_id=job.run_id, deduped=False))
+            # Nothing above raised: commit the whole batch.
+            for job in staged:
+                self._store.jobs[job.id] = job
+                self._store.set_state(job, job.state)
+                woken.append(job.queue)
+        self._wake(woken)
+        return results
+
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens."""
+        if request.limit < 1:
+            return []
+        queues = None if request.queues is None else frozenset(request.queues)
+        names = None if request.names is None else frozenset(request.names)
+        with self._store.lock:
+            now = self.clock.now()
+            runnable = [
+                job
+                for job in self._store.jobs.values()
+                if (
+                    (job.state in _RUNNABLE_WAITING and job.run_at <= now)
+                    # A lapsed claim: its worker is presumed lost, so the job is up for grabs.
+                    or (job.state == "running" and job.visible_at is not None and job.visible_at <= now)
+                )
+                and (queues is None or job.queue in queues)
+                and (names is None or job.name in names)
+            ]
+            runnable.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+            claimed: list[ClaimedJob] = []
+            for job in runnable[: request.limit]:
+                self._store.set_state(job, "running")
+                job.attempt += 1
+                job.claimed_by = request.worker_id
+                job.visible_at = now + request.visibility_timeout
+                # Random suffix: the same worker re-claiming at the same attempt still gets a new token.
+                job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
+                job.updated_at = now
+                claimed.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
+            return claimed
+
+    def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
+        """Mark ``done`` with ``result`` if still running under ``claim_token``."""
+        return self.ack_many([Ack(job_id, claim_token, result)])[0]
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
+        """Settle several jobs as ``done`` at once, each fenced on its own token."""
+        stored = [json.loads(result_text(a.result, what=f"result of job {a.job_id}")) for a in acks]
+        settled: list[bool] = []
+        with self._store.lock:
+            now = self.clock.now()
+            for item, result in zip(acks, stored, strict=True):
+                job = self._store.jobs.get(item.job_id) if is_storable_text(item.job_id) else None
+                if job is None or not job.held_by(item.claim_token):
+                    settled.append(False)
+                    continue
+                self._store.set_state(job, "done")
+                job.result = result
+                job.finished_at = now
+                job.updated_at = now
+                job.claim_token = None
+                job.visible_at = None
+                job.last_error = None
+                settled.append(True)
+        return settled
+
+    @fenced_key(lambda: False)
+    def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
+        """Put the attempt back (retry or suspension) or dead-letter it, if still fenced-in."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            if job is None or not job.held_by(claim_token):
+                return False
+            now = self.clock.now()
+            if request.dead_letter:
+                self._store.set_state(job, "dead")
+                job.finished_at = now
+            elif request.release:
+                self._store.set_state(job, "ready")
+                job.run_at = now + request.delay
+                job.attempt = max(0, job.attempt - 1)
+                job.claimed_by = None
+            elif not request.counts_as_attempt:
+                self._store.set_state(job, "suspended")
+                job.run_at = now + request.delay
+                # A sleep must not burn an attempt; floored, as the schema's CHECK demands.
+                job.attempt = max(0, job.attempt - 1)
+            else:
+                self._store.set_state(job, "ready")
+                job.run_at = now + request.delay
+            if request.error is not None and not request.release:
+                job.last_error = storable(request.error)
+            job.claim_token = None
+            job.visible_at = None
+            job.updated_at = now
+            queue = job.queue
+        self._wake([queue])
+        return True
+
+    @fenced_key(lambda: False)
+    def heartbeat(self, job_id: str, claim_token: str, visibility_timeout: float) -> bool:
+        """Extend the claim to ``now + visibility_timeout``; ``False`` when the claim is gone."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            if job is None or not job.held_by(claim_token):
+                return False
+            now = self.clock.now()
+            job.visible_at = now + visibility_timeout
+            job.updated_at = now
+            return True
+
+    @unknown_key(lambda: None)
+    def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
+        """Cancel an unfinished job; finished jobs come back unchanged, unknown ids as ``None``."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            if job is None:
+                return None
+            if job.state not in FINAL_STATES:
+                now = self.clock.now()
+                self._store.set_state(job, "cancelled")
+                if reason is not None:
+                    job.last_error = storable(reason)
+                job.finished_at = now
+                job.updated_at = now
+                # Dropping the token is what makes the running attempt's next heartbeat fail.
+                job.claim_token = None
+                job.visible_at = None
+                ledger_row = self._store.backfills.get(job.run_id)
+                if ledger_row is not None and ledger_row.status == "running":
+                    ledger_row.status = "cancelled"
+                    ledger_row.error = job.last_error if reason is None else storable(reason)
+                    ledger_row.finished_at = now
+            return job.record()
+
+    @unknown_key(lambda: None)
+    def retry(self, job_id: str) -> JobRecord | None:
+        """Make a ``dead`` or ``cancelled`` job ``ready`` now with ``attempt`` 0, same run."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            if job is None:
+                return None
+            if job.state not in ("dead", "cancelled"):
+                return job.record()
+            holder = None if job.idempotency_key is None else self._store.live_keys.get((job.name, job.idempotency_key))
+            if holder is not None and job.idempotency_key is not None:
+                # Reviving it would put a second live job under the key the unique index guards.
+                raise JobDuplicateError(job.name, job.idempotency_key, holder)
+            now = self.clock.now()
+            self._store.set_state(job, "ready")
+            job.attempt = 0
+            job.run_at = now
+            job.finished_at = None
+            job.claim_token = None
+            job.visible_at = None
+            job.updated_at = now
+            record = job.record()
+        self._wake([record.queue])
+        return record
+
+    def prune(self, older_than: float) -> int:
+        """Delete finished jobs finished at or before ``now - older_than``, and their steps."""
+        with self._store.lock:
+            cutoff = self.clock.now() - older_than
+            doomed = [
+                job
+                for job in self._store.jobs.values()
+                if job.state in FINAL_STATES and job.finished_at is not None and job.finished_at <= cutoff
+            ]
+            for job in doomed:
+                del self._store.jobs[job.id]
+            # Steps belong to a run; keep them while any remaining job still points at that run.
+            remaining_runs = {job.run_id for job in self._store.jobs.values()}
+            for run_id in {job.run_id for job in doomed} - remaining_runs:
+                self._store.steps.pop(run_id, None)
+            return len(doomed)
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback(queue)`` after enqueues, nacks and retries made through this driver."""
+        with self._store.lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._store.lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _wake(self, queues: Sequence[str]) -> None:
+        # Called outside the lock: a callback may call back into the driver.
+        if not queues:
+            return
+        with self._store.lock:
+            callbacks = list(self._subscribers)
+        for queue in dict.fromkeys(queues):
+            for callback in callbacks:
+                try:
+                    callback(queue)
+                except Exception:
+                    # A broken listener must not fail the write that already happened.
+                    _log.exception("wake-up callback %r failed for queue %r", callback, queue)

@@ -1,0 +1,178 @@
+"""The memory driver's state: rows as objects under one lock, and the indexes a database would keep."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ultimat3.core.clock import Clock, to_datetime
+from ultimat3.drivers.protocol import (
+    LIVE_STATES,
+    BackfillRun,
+    BackfillStatus,
+    JobFilter,
+    JobRecord,
+    JobState,
+    Lease,
+)
+from ultimat3.drivers.values import (
+    strict_dumps,
+)
+
+_log = logging.getLogger("ultimat3.drivers.memory")
+
+#: The library's own migration, as the SQL drivers record it in ``x_migrations``.
+INIT_MIGRATION = "x:0001_init"
+_RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
+_FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
+_EVERY_JOB = JobFilter()
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy through JSON, refusing what a ``jsonb`` column would refuse (NaN included)."""
+    return json.loads(strict_dumps(value))
+
+
+@dataclass
+class _Job:
+    """One mutable ``x_jobs`` row; times are epoch seconds from the driver's clock."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: float
+    created_at: float
+    updated_at: float
+    idempotency_key: str | None
+    tenant_id: str | None
+    traceparent: str | None
+    enqueued_by: str | None
+    claimed_by: str | None = None
+    claim_token: str | None = None
+    visible_at: float | None = None
+    finished_at: float | None = None
+    last_error: str | None = None
+    result: Any = None
+
+    def record(self) -> JobRecord:
+        """The row as the protocol reports it (JSON values copied, times as UTC datetimes)."""
+        return JobRecord(
+            id=self.id,
+            run_id=self.run_id,
+            name=self.name,
+            queue=self.queue,
+            payload=_json_copy(self.payload),
+            state=self.state,
+            priority=self.priority,
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            run_at=to_datetime(self.run_at),
+            created_at=to_datetime(self.created_at),
+            updated_at=to_datetime(self.updated_at),
+            idempotency_key=self.idempotency_key,
+            tenant_id=self.tenant_id,
+            traceparent=self.traceparent,
+            enqueued_by=self.enqueued_by,
+            claimed_by=self.claimed_by,
+            visible_at=None if self.visible_at is None else to_datetime(self.visible_at),
+            finished_at=None if self.finished_at is None else to_datetime(self.finished_at),
+            last_error=self.last_error,
+            result=_json_copy(self.result),
+        )
+
+    def held_by(self, claim_token: str) -> bool:
+        """The fence: still ``running`` under exactly this claim."""
+        return self.state == "running" and self.claim_token == claim_token
+
+    def key(self) -> tuple[str, str] | None:
+        """The (name, idempotency key) this row holds while live, if it has a key."""
+        return None if self.idempotency_key is None else (self.name, self.idempotency_key)
+
+
+@dataclass
+class _Step:
+    run_id: str
+    name: str
+    result: Any
+    created_at: float
+
+
+@dataclass
+class _Backfill:
+    run_id: str
+    name: str
+    checksum: str
+    status: BackfillStatus
+    batches: int
+    rows: int
+    started_at: float
+    job_id: str | None
+    finished_at: float | None = None
+    error: str | None = None
+
+    def record(self) -> BackfillRun:
+        return BackfillRun(
+            run_id=self.run_id,
+            name=self.name,
+            checksum=self.checksum,
+            status=self.status,
+            batches=self.batches,
+            rows=self.rows,
+            started_at=to_datetime(self.started_at),
+            job_id=self.job_id,
+            finished_at=None if self.finished_at is None else to_datetime(self.finished_at),
+            error=self.error,
+        )
+
+
+@dataclass
+class _Lease:
+    key: str
+    slot: int
+    holder: str
+    token: str
+    expires_at: float
+
+    def record(self) -> Lease:
+        return Lease(
+            key=self.key,
+            slot=self.slot,
+            holder=self.holder,
+            token=self.token,
+            expires_at=to_datetime(self.expires_at),
+        )
+
+
+class _Store:
+    """Every table, and the one lock that guards all of them."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.jobs: dict[str, _Job] = {}
+        # Mirrors x_jobs_name_idempotency_live_idx: (name, key) -> id of the one live job holding it.
+        self.live_keys: dict[tuple[str, str], str] = {}
+        self.steps: dict[str, dict[str, _Step]] = {}
+        self.backfills: dict[str, _Backfill] = {}
+        self.leases: dict[tuple[str, int], _Lease] = {}
+        # Insertion order is application order, which is what "oldest first" means here.
+        self.migrations: dict[str, float] = {}
+
+    def set_state(self, job: _Job, state: JobState) -> None:
+        """Move ``job`` to ``state``, keeping the live-key index in step. Caller holds the lock."""
+        key = job.key()
+        if key is not None:
+            if state in LIVE_STATES:
+                self.live_keys[key] = job.id
+            elif self.live_keys.get(key) == job.id:
+                del self.live_keys[key]
+        job.state = state

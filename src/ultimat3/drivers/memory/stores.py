@@ -1,0 +1,293 @@
+"""The memory driver's stores: introspection, steps, the backfill ledger, leases, migrations."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ultimat3.core.clock import to_datetime
+from ultimat3.core.errors import ConfigError, XError
+from ultimat3.drivers.memory.state import (
+    _EVERY_JOB,
+    _FINISHED_BACKFILL,
+    _Backfill,
+    _json_copy,
+    _Lease,
+    _Step,
+    _Store,
+)
+from ultimat3.drivers.protocol import (
+    JOB_STATES,
+    BackfillRun,
+    BackfillStatus,
+    JobFilter,
+    JobRecord,
+    Lease,
+    MigrationRecord,
+    QueueStats,
+    StepRecord,
+    WaitingName,
+)
+from ultimat3.drivers.values import (
+    check_step_name,
+    fenced_key,
+    filter_is_storable,
+    require_text,
+    unknown_key,
+)
+
+
+class MemoryIntrospection:
+    """The read side over the in-memory jobs."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    @unknown_key(lambda: None)
+    def get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` when no job has that id."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            return None if job is None else job.record()
+
+    def stats(self) -> list[QueueStats]:
+        """Counts for all seven states of every queue that holds a job, by queue name."""
+        with self._store.lock:
+            counts: dict[str, dict[str, int]] = {}
+            for job in self._store.jobs.values():
+                per_queue = counts.setdefault(job.queue, dict.fromkeys(JOB_STATES, 0))
+                per_queue[job.state] += 1
+            return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
+
+    def waiting_names(self) -> list[WaitingName]:
+        """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
+        with self._store.lock:
+            counts: dict[tuple[str, str], int] = {}
+            for job in self._store.jobs.values():
+                if job.state in ("ready", "delayed", "suspended"):
+                    counts[(job.queue, job.name)] = counts.get((job.queue, job.name), 0) + 1
+        return [WaitingName(queue, name, n) for (queue, name), n in sorted(counts.items())]
+
+    # Defined last: a method named ``list`` would shadow the builtin in later annotations.
+    def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
+        """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
+        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+            return []
+        with self._store.lock:
+            rows = [
+                job
+                for job in self._store.jobs.values()
+                if (filter.queue is None or job.queue == filter.queue)
+                and (filter.name is None or job.name == filter.name)
+                and (filter.state is None or job.state == filter.state)
+                and (filter.tenant_id is None or job.tenant_id == filter.tenant_id)
+            ]
+            rows.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+            return [job.record() for job in rows[: max(0, filter.limit)]]
+
+
+class MemoryStepStore:
+    """Durable step results keyed by (run id, step name); first write wins."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    @unknown_key(dict)
+    def load(self, run_id: str) -> dict[str, StepRecord]:
+        """Every recorded step of ``run_id`` by name."""
+        with self._store.lock:
+            steps = self._store.steps.get(run_id, {})
+            return {
+                name: StepRecord(
+                    run_id=step.run_id,
+                    name=step.name,
+                    result=_json_copy(step.result),
+                    created_at=to_datetime(step.created_at),
+                )
+                for name, step in steps.items()
+            }
+
+    @fenced_key(lambda: False)
+    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
+
+        Raises an :class:`~ultimat3.core.XError` coded ``X_STEP_RESULT`` when ``result`` is not
+        JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
+        """
+        check_step_name(name)
+        try:
+            stored = _json_copy(result)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f'step "{name}" returned a value that is not JSON ({type(result).__name__}): {exc}',
+                "return JSON from a step: dicts, lists, strings, numbers (finite), booleans or None",
+                code="X_STEP_RESULT",
+            ) from exc
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            if job is None or not job.held_by(claim_token):
+                return False
+            steps = self._store.steps.setdefault(job.run_id, {})
+            # A replay of a recorded step is not an error, and must not rewrite history.
+            if name not in steps:
+                steps[name] = _Step(job.run_id, name, stored, self._store.clock.now())
+            return True
+
+
+class MemoryBackfillLedger:
+    """The ``x_backfills`` ledger: one row per pass."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+        """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
+        with self._store.lock:
+            row = self._store.backfills.get(run_id)
+            if row is None:
+                row = _Backfill(
+                    run_id=run_id,
+                    name=name,
+                    checksum=checksum,
+                    status="running",
+                    batches=0,
+                    rows=0,
+                    started_at=self._store.clock.now(),
+                    job_id=job_id,
+                )
+                self._store.backfills[run_id] = row
+            else:
+                # A retried attempt resumes the same pass: progress and start time stay.
+                row.status = "running"
+                row.error = None
+                row.finished_at = None
+                if row.job_id is None:
+                    row.job_id = job_id
+            return row.record()
+
+    def progress(self, run_id: str, batches: int, rows: int) -> None:
+        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
+        with self._store.lock:
+            row = self._store.backfills.get(run_id)
+            if row is not None:
+                row.batches = batches
+                row.rows = rows
+
+    def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
+        """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""
+        if status not in _FINISHED_BACKFILL:
+            raise ConfigError(
+                f"backfill run {run_id!r} cannot finish as {status!r}",
+                "finish a pass as 'completed', 'failed' or 'cancelled'",
+                code="X_BACKFILL_STATUS",
+            )
+        with self._store.lock:
+            row = self._store.backfills.get(run_id)
+            if row is not None and row.status == "running":
+                row.status = status
+                row.error = error
+                row.finished_at = self._store.clock.now()
+
+    def get(self, run_id: str) -> BackfillRun | None:
+        """One pass by run id."""
+        with self._store.lock:
+            row = self._store.backfills.get(run_id)
+            return None if row is None else row.record()
+
+    def last_completed(self, name: str) -> BackfillRun | None:
+        """The most recently finished ``completed`` pass of ``name``."""
+        with self._store.lock:
+            done = [
+                row
+                for row in self._store.backfills.values()
+                if row.name == name and row.status == "completed" and row.finished_at is not None
+            ]
+            if not done:
+                return None
+            return max(done, key=lambda row: (row.finished_at or 0.0, row.run_id)).record()
+
+    def list(self, name: str | None = None) -> list[BackfillRun]:
+        """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
+        with self._store.lock:
+            rows = [row for row in self._store.backfills.values() if name is None or row.name == name]
+            rows.sort(key=lambda row: (row.started_at, row.run_id), reverse=True)
+            return [row.record() for row in rows]
+
+
+class MemoryLeaseStore:
+    """Fleet slots ``0..limit-1`` per key; a slot is free when unheld or expired."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    def acquire(self, key: str, holder: str, limit: int, ttl: float) -> Lease | None:
+        """Take the lowest free (or expired) slot of ``key``; ``None`` when all are held."""
+        require_text("X_LEASE_KEY", key=key, holder=holder)
+        if limit < 1:
+            raise XError(
+                f"lease {key!r} asked for limit {limit}",
+                "a fleet limit is at least 1 concurrent holder",
+                code="X_LEASE_LIMIT",
+            )
+        with self._store.lock:
+            now = self._store.clock.now()
+            for slot in range(limit):
+                current = self._store.leases.get((key, slot))
+                if current is None or current.expires_at <= now:
+                    lease = _Lease(key, slot, holder, uuid.uuid4().hex, now + ttl)
+                    self._store.leases[(key, slot)] = lease
+                    return lease.record()
+            return None
+
+    def renew(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a lease still held under its token (even if it expired meanwhile but nobody
+        re-took the slot: only the token decides); ``None`` when it was lost."""
+        with self._store.lock:
+            current = self._store.leases.get((lease.key, lease.slot))
+            if current is None or current.token != lease.token:
+                return None
+            current.expires_at = self._store.clock.now() + ttl
+            return current.record()
+
+    def release(self, lease: Lease) -> bool:
+        """Free the slot if still held under the lease's token."""
+        with self._store.lock:
+            current = self._store.leases.get((lease.key, lease.slot))
+            if current is None or current.token != lease.token:
+                return False
+            del self._store.leases[(lease.key, lease.slot)]
+            return True
+
+    @unknown_key(list)
+    def holders(self, key: str) -> list[Lease]:
+        """Unexpired leases of ``key``, by slot."""
+        with self._store.lock:
+            now = self._store.clock.now()
+            held = [lease for (k, _), lease in self._store.leases.items() if k == key and lease.expires_at > now]
+            return [lease.record() for lease in sorted(held, key=lambda lease: lease.slot)]
+
+
+class MemoryMigrationLedger:
+    """The ``x_migrations`` ledger."""
+
+    def __init__(self, store: _Store) -> None:
+        self._store = store
+
+    def applied(self) -> list[MigrationRecord]:
+        """Every applied migration, oldest first."""
+        with self._store.lock:
+            items = self._store.migrations.items()
+            return [MigrationRecord(id=mid, applied_at=to_datetime(at)) for mid, at in items]
+
+    @unknown_key(lambda: False)
+    def is_applied(self, migration_id: str) -> bool:
+        """Whether ``migration_id`` is recorded."""
+        with self._store.lock:
+            return migration_id in self._store.migrations
+
+    def mark_applied(self, migration_id: str) -> None:
+        """Record ``migration_id`` as applied now; a second call keeps the first time."""
+        require_text("X_MIGRATION_ID", migration_id=migration_id)
+        with self._store.lock:
+            self._store.migrations.setdefault(migration_id, self._store.clock.now())
