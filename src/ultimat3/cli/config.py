@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import importlib
 import os
-import sqlite3
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-import psycopg
 
 from ultimat3.core.context import Environment, parse_environment
 from ultimat3.core.errors import XError
 from ultimat3.drivers import create_driver, database_url, redact_urls
 from ultimat3.drivers.protocol import JobDriver
 
-__all__ = ["Config", "database_errors", "import_apps", "redact", "redact_urls"]
+__all__ = ["Config", "import_apps", "redact", "redact_urls"]
 
 T = TypeVar("T")
 
@@ -45,28 +41,6 @@ def import_apps(modules: tuple[str, ...]) -> None:
                 "fix the error in that module; `python -c 'import MODULE'` reproduces it",
                 code="X_APP_IMPORT",
             ) from error
-
-
-@contextmanager
-def database_errors(url: str) -> Iterator[None]:
-    """Turn driver connection failures into one coded line instead of a traceback."""
-    try:
-        yield
-    except (psycopg.OperationalError, sqlite3.OperationalError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if isinstance(error, sqlite3.OperationalError) and "readonly" in first.lower():
-            raise XError(
-                f"the SQLite job store at {redact(url)} is read-only for this process: {first}",
-                "make the file, its -wal/-shm files and its directory writable by this user, or point "
-                "X_DATABASE_URL at a writable file",
-                code="X_DATABASE_READONLY",
-            ) from error
-        raise XError(
-            f"the database at {redact(url)} is unreachable: {first}",
-            "check X_DATABASE_URL (or --database-url), that the server is running (PostgreSQL) or that "
-            "the file's directory exists and is writable (SQLite)",
-            code="X_DATABASE_UNREACHABLE",
-        ) from error
 
 
 def redact(url: str) -> str:
@@ -101,16 +75,15 @@ class Config:
             self._imported = True
 
     def driver(self, *, migrate: bool = True) -> JobDriver:
-        """The driver for ``url`` (migrated unless told otherwise)."""
+        """The driver for ``url`` (migrated unless told otherwise). Drivers report their own
+        failures coded (``X_DATABASE_UNREACHABLE``, ``X_DATABASE_READONLY``...)."""
         if self._driver is None:
-            with database_errors(self.url):
-                self._driver = create_driver(self.url, migrate=migrate)
+            self._driver = create_driver(self.url, migrate=migrate)
         return self._driver
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a driver call with connection failures reported as ``X_DATABASE_UNREACHABLE``."""
-        with database_errors(self.url):
-            return fn(*args, **kwargs)
+        """Run a driver call (one place to hang cross-cutting concerns on every database call)."""
+        return fn(*args, **kwargs)
 
     def close(self) -> None:
         """Close the driver if one was opened."""

@@ -25,6 +25,8 @@ from ultimat3.tenancy.grants import operator_context
 EXIT_ERROR = 2
 #: Exit code after Ctrl-C (128 + SIGINT), distinct from ``--check``'s 1 for "pending".
 EXIT_INTERRUPTED = 130
+#: DB-API packages whose errors a driver may let through uncoded.
+_DATABASE_MODULES = frozenset({"sqlite3", "psycopg", "psycopg_pool", "sqlalchemy"})
 #: Commands that do not act as an operator: a worker runs each job under that job's own context.
 _NOT_OPERATOR = frozenset({"worker"})
 
@@ -65,6 +67,12 @@ def _as_coded(error: BaseException) -> tuple[XError, int]:
     if isinstance(error, click.ClickException):
         return XError(error.format_message(), "`x --help` shows the usage", code="X_CLI"), EXIT_ERROR
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if type(error).__module__.split(".")[0] in _DATABASE_MODULES:
+        # A database error a driver did not code: still one line, never a traceback. Recognised
+        # by its module, so the CLI imports no database library.
+        return XError(f"the database refused: {type(error).__name__}: {first}".rstrip(": "),
+                      "check X_DATABASE_URL and the database; rerun with --verbose for the traceback",
+                      code="X_DATABASE_ERROR"), EXIT_ERROR
     return XError(f"unexpected {type(error).__name__}: {first}".rstrip(": "),
                   "this is a bug in ultimat3 or in the app module: rerun with --verbose for the traceback "
                   "and report it", code="X_INTERNAL"), EXIT_ERROR
