@@ -48,22 +48,18 @@ class Outcome:
     delay: float = 0.0
     result: Any = None
 
-    def settle(self, driver: JobDriver, claimed: ClaimedJob) -> bool:
-        """Write the outcome under the attempt's claim token; False when the fence refused."""
-        job_id, token = claimed.job.id, claimed.claim_token
-        if self.kind == "done":
-            return driver.ack(job_id, token, self.result)
+    def nack_request(self) -> NackRequest | None:
+        """How a failure, a suspension or a release is written back; ``None`` for ``done`` (an
+        ack, which the worker batches) and ``aborted`` (the row belongs to someone else now)."""
         if self.kind == "retry":
-            return driver.nack(job_id, token, NackRequest(error=self.error, delay=self.delay))
+            return NackRequest(error=self.error, delay=self.delay)
         if self.kind == "dead":
-            return driver.nack(job_id, token, NackRequest(error=self.error, dead_letter=True))
+            return NackRequest(error=self.error, dead_letter=True)
         if self.kind == "suspended":
-            return driver.nack(
-                job_id, token, NackRequest(error=self.error, delay=self.delay, counts_as_attempt=False)
-            )
+            return NackRequest(error=self.error, delay=self.delay, counts_as_attempt=False)
         if self.kind == "released":
-            return driver.nack(job_id, token, NackRequest(delay=self.delay, counts_as_attempt=False, release=True))
-        return False  # aborted: the row belongs to someone else now
+            return NackRequest(delay=self.delay, counts_as_attempt=False, release=True)
+        return None
 
 
 def format_error(error: BaseException) -> str:

@@ -192,10 +192,7 @@ class Worker:
             log.exception("attempt runner failed", extra={"job_id": job.id})
             outcome = Outcome("retry", f"{type(error).__name__}: {error}", delay=1.0)
         try:
-            if outcome.kind == "done":
-                settled = await self._ack(claimed, outcome.result)
-            else:
-                settled = await self._io(outcome.settle, self.driver, claimed)
+            settled = await self._settle(claimed, outcome)
         except Exception as error:
             # The database is unreachable: the claim lapses and another worker re-runs the job.
             _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
@@ -210,6 +207,16 @@ class Worker:
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
+
+    async def _settle(self, claimed: ClaimedJob, outcome: Outcome) -> bool:
+        """The one way an attempt's outcome is written, fenced on its claim token: an ack joins
+        the next batched commit, anything else is one nack; an aborted attempt writes nothing."""
+        if outcome.kind == "done":
+            return await self._ack(claimed, outcome.result)
+        request = outcome.nack_request()
+        if request is None:
+            return False
+        return await self._io(self.driver.nack, claimed.job.id, claimed.claim_token, request)
 
     def _log_attempt(self, claimed: ClaimedJob, kind: str, duration: float, error: str | None) -> None:
         job = claimed.job
