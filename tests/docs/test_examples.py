@@ -28,7 +28,7 @@ def test_readme_backfill_example_declares_a_backfill(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     with isolated_registry():
         exec(compile(readme_block("myapp/backfills.py"), "README.md", "exec"), {"__name__": "readme_example"})
-        [declared] = registered_backfills()
+        [declared] = [d.to_json() for d in registered_backfills()]
         assert declared["name"] == "shop.normalize_emails"
         assert declared["requires"] == "20261201_add_email_index"
         assert declared["environments"] == ["staging", "production"]

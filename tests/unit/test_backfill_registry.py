@@ -38,7 +38,8 @@ def test_every_declared_backfill_is_listed_as_json(tmp_path: Path) -> None:
     declare("items.second", requires="app:0002", environments=["production"], count=lambda ctx: 0)
     declare("items.third", requires=alembic_revision("ae10", script_location=tmp_path))
 
-    listed = registered_backfills()
+    # Typed declarations; their JSON is what x db backfill --json prints.
+    listed = [d.to_json() for d in registered_backfills()]
     assert [d["name"] for d in listed] == ["items.first", "items.second", "items.third"]
     origin = backfill_origin(first)
     assert origin is not None
@@ -83,7 +84,7 @@ def test_a_look_alike_job_is_not_a_backfill() -> None:
 
     look_alike.checksum = origin.checksum if origin else ""  # type: ignore[attr-defined]
     assert not is_backfill(look_alike)
-    assert [d["name"] for d in registered_backfills()] == ["items.fill"]
+    assert [d.name for d in registered_backfills()] == ["items.fill"]
 
 
 def test_an_isolated_registry_hides_and_restores_declarations() -> None:
@@ -91,6 +92,6 @@ def test_an_isolated_registry_hides_and_restores_declarations() -> None:
     with isolated_registry():
         assert registered_backfills() == []
         declare("items.inner")
-        assert [d["name"] for d in registered_backfills()] == ["items.inner"]
-    assert [d["name"] for d in registered_backfills()] == ["items.outer"]
+        assert [d.name for d in registered_backfills()] == ["items.inner"]
+    assert [d.name for d in registered_backfills()] == ["items.outer"]
     assert get_backfill("items.inner") is None

@@ -26,7 +26,14 @@ from ultimat3.backfill.foreground import dry_run, run_backfill
 from ultimat3.backfill.gate import BackfillStatusRow, PendingBackfill, backfill_status, hold_reason, pending_backfills
 from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer
 from ultimat3.backfill.progress import ProgressListener, add_progress_listener
-from ultimat3.backfill.registry import backfill_origin, declaration_of, get_backfill, is_backfill, registered_backfills
+from ultimat3.backfill.registry import (
+    BackfillDeclaration,
+    backfill_origin,
+    declaration_of,
+    get_backfill,
+    is_backfill,
+    registered_backfills,
+)
 from ultimat3.backfill.requires import (
     AlembicRevision,
     MigrationRequirement,
@@ -42,6 +49,7 @@ __all__ = [
     "DEFAULT_BACKFILL_RATE",
     "JOB_STORE",
     "AlembicRevision",
+    "BackfillDeclaration",
     "BackfillDefinition",
     "BackfillError",
     "BackfillInput",

@@ -8,10 +8,10 @@ pending" — a gate run without ``--app``/``X_APP`` would then pass every deploy
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ultimat3.backfill.checks import requirement_error
-from ultimat3.backfill.registry import registered_backfills
+from ultimat3.backfill.registry import BackfillDeclaration, registered_backfills
 from ultimat3.core.context import Environment
 from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import BackfillRun, JobDriver
@@ -31,7 +31,7 @@ PendingReason = Literal["never-run", "checksum-changed"]
 class PendingBackfill:
     """A declared backfill with no completed pass under its current checksum."""
 
-    declaration: dict[str, Any]
+    declaration: BackfillDeclaration
     reason: PendingReason
     #: The last completed pass (under an older checksum), if any.
     last: BackfillRun | None
@@ -39,7 +39,7 @@ class PendingBackfill:
     @property
     def name(self) -> str:
         """The backfill's name."""
-        return str(self.declaration["name"])
+        return str(self.declaration.name)
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,13 @@ class BackfillStatusRow:
     failed forced pass after a completed one).
     """
 
-    declaration: dict[str, Any]
+    declaration: BackfillDeclaration
     pending: PendingReason | None
     deciding: BackfillRun | None
     latest: BackfillRun | None
 
 
-def _declared(allow_none: bool) -> list[dict[str, Any]]:
+def _declared(allow_none: bool) -> list[BackfillDeclaration]:
     declared = registered_backfills()
     if not declared and not allow_none:
         raise XError(
@@ -74,10 +74,10 @@ def pending_backfills(driver: JobDriver, *, allow_none: bool = False) -> list[Pe
     (``X_BACKFILL_NONE_DECLARED``) when nothing is declared, unless ``allow_none``."""
     pending: list[PendingBackfill] = []
     for declaration in _declared(allow_none):
-        last = driver.backfills.last_completed(declaration["name"])
+        last = driver.backfills.last_completed(declaration.name)
         if last is None:
             pending.append(PendingBackfill(declaration, "never-run", None))
-        elif last.checksum != declaration["checksum"]:
+        elif last.checksum != declaration.checksum:
             pending.append(PendingBackfill(declaration, "checksum-changed", last))
     return pending
 
@@ -86,26 +86,26 @@ def backfill_status(driver: JobDriver, *, allow_none: bool = True) -> list[Backf
     """Every declared backfill with the run that decides the gate and the latest run."""
     rows: list[BackfillStatusRow] = []
     for declaration in _declared(allow_none):
-        runs = driver.backfills.list(declaration["name"])
-        deciding = driver.backfills.last_completed(declaration["name"])
+        runs = driver.backfills.list(declaration.name)
+        deciding = driver.backfills.last_completed(declaration.name)
         pending: PendingReason | None = None
         if deciding is None:
             pending = "never-run"
-        elif deciding.checksum != declaration["checksum"]:
+        elif deciding.checksum != declaration.checksum:
             pending = "checksum-changed"
         rows.append(BackfillStatusRow(declaration, pending, deciding, runs[0] if runs else None))
     return rows
 
 
-def hold_reason(driver: JobDriver, environment: Environment, declaration: dict[str, Any]) -> XError | None:
+def hold_reason(driver: JobDriver, environment: Environment, declaration: BackfillDeclaration) -> XError | None:
     """Why a declared backfill may not be enqueued here and now (environment, ``requires``), or ``None``."""
-    environments = declaration["environments"]
+    environments = declaration.environments
     if environments is not None and environment not in environments:
         return XError(
-            f'backfill "{declaration["name"]}" runs in {", ".join(environments)}, not in {environment}',
+            f'backfill "{declaration.name}" runs in {", ".join(environments)}, not in {environment}',
             "set X_ENV to one of those, or add this environment to its environments=",
             code="X_BACKFILL_ENVIRONMENT",
         )
-    if declaration["requires"] is not None:
-        return requirement_error(driver, declaration["name"], declaration["requires"])
+    if declaration.requires is not None:
+        return requirement_error(driver, declaration.name, declaration.requires)
     return None

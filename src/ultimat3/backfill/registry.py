@@ -9,12 +9,15 @@ registry to disagree with the first about whether a name exists.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from ultimat3.backfill.definition import BackfillDefinition, BackfillInput
+from ultimat3.core.context import Environment
 from ultimat3.jobs.job import JobHandle, get_job, registered_jobs
 
 __all__ = [
+    "BackfillDeclaration",
     "backfill_origin",
     "declaration_of",
     "get_backfill",
@@ -42,27 +45,49 @@ def backfill_origin(handle: JobHandle[Any]) -> BackfillDefinition | None:
     return _origins.get(handle)
 
 
-def declaration_of(handle: JobHandle[Any]) -> dict[str, Any] | None:
-    """One declaration as plain JSON: ``{kind, name, checksum, requires, environments, counts}``.
+@dataclass(frozen=True)
+class BackfillDeclaration:
+    """What a process declares about one backfill, as the gate and the CLI see it.
 
+    ``requires`` is the requirement's label (``alembic:<rev>`` or an ``x_migrations`` id);
     ``counts`` says whether a ``count`` was declared (the function itself never crosses JSON).
     """
+
+    name: str
+    checksum: str
+    requires: str | None
+    environments: tuple[Environment, ...] | None
+    counts: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """``{kind, name, checksum, requires, environments, counts}``, the CLI's ``--json`` shape."""
+        return {
+            "kind": "backfill",
+            "name": self.name,
+            "checksum": self.checksum,
+            "requires": self.requires,
+            "environments": None if self.environments is None else list(self.environments),
+            "counts": self.counts,
+        }
+
+
+def declaration_of(handle: JobHandle[Any]) -> BackfillDeclaration | None:
+    """What ``handle`` declares, or ``None`` for a plain job."""
     definition = _origins.get(handle)
     if definition is None:
         return None
-    return {
-        "kind": "backfill",
-        "name": handle.name,
-        "checksum": definition.checksum,
-        "requires": None if definition.requires is None else definition.requires.label,
-        "environments": None if definition.environments is None else list(definition.environments),
-        "counts": definition.count is not None,
-    }
+    return BackfillDeclaration(
+        name=handle.name,
+        checksum=definition.checksum,
+        requires=None if definition.requires is None else definition.requires.label,
+        environments=definition.environments,
+        counts=definition.count is not None,
+    )
 
 
-def registered_backfills() -> list[dict[str, Any]]:
-    """Every backfill declared in this process, in declaration order, as :func:`declaration_of` JSON."""
-    found: list[dict[str, Any]] = []
+def registered_backfills() -> list[BackfillDeclaration]:
+    """Every backfill declared in this process, in declaration order."""
+    found: list[BackfillDeclaration] = []
     for handle in registered_jobs():
         declaration = declaration_of(handle)
         if declaration is not None:

@@ -55,7 +55,7 @@ def prune(config: Config, older_than: str, as_json: bool) -> None:
 
 
 def _pending_json(item: PendingBackfill) -> dict[str, Any]:
-    return {**item.declaration, "reason": item.reason, "last_completed": run_json(item.last)}
+    return {**item.declaration.to_json(), "reason": item.reason, "last_completed": run_json(item.last)}
 
 
 def _pending_table(pending: list[PendingBackfill]) -> None:
@@ -67,8 +67,8 @@ def _pending_table(pending: list[PendingBackfill]) -> None:
     for item in pending:
         d = item.declaration
         last = "" if item.last is None else f"{short_time(item.last.finished_at)} ({item.last.checksum})"
-        table.add_row(cell(d["name"]), item.reason, cell(d["checksum"]), cell(last), cell(d["requires"] or ""),
-                      cell(", ".join(d["environments"] or []) or "every"))
+        table.add_row(cell(d.name), item.reason, cell(d.checksum), cell(last), cell(d.requires or ""),
+                      cell(", ".join(d.environments or []) or "every"))
     console.print(table)
 
 
@@ -124,9 +124,9 @@ def _list_all(config: Config, as_json: bool) -> None:
 
     rows = config.call(backfill_status, config.driver())
     if as_json:
-        emit_json([{**row.declaration, "pending": row.pending, "deciding_run": run_json(row.deciding),
+        emit_json([{**row.declaration.to_json(), "pending": row.pending, "deciding_run": run_json(row.deciding),
                     "latest_run": run_json(row.latest),
-                    "runs": [run_json(r) for r in config.call(config.driver().backfills.list, row.declaration["name"])]}
+                    "runs": [run_json(r) for r in config.call(config.driver().backfills.list, row.declaration.name)]}
                    for row in rows])
         return
     if not rows:
@@ -146,7 +146,7 @@ def _list_all(config: Config, as_json: bool) -> None:
                       f"{row.latest.rows} rows")
         elif row.latest is not None:
             latest = "(the same pass)"
-        table.add_row(cell(row.declaration["name"]), cell(row.declaration["checksum"]), gate, cell(deciding),
+        table.add_row(cell(row.declaration.name), cell(row.declaration.checksum), gate, cell(deciding),
                       cell(latest or "never run"))
     console.print(table)
 
@@ -156,7 +156,7 @@ def _resolve(name: str) -> Any:
 
     handle = get_backfill(name)
     if handle is None:
-        known = ", ".join(d["name"] for d in registered_backfills()) or "none are declared"
+        known = ", ".join(d.name for d in registered_backfills()) or "none are declared"
         raise XError(f"no backfill named {name!r} is declared (known: {known})",
                      "check the name, and pass --app with the module that declares it",
                      code="X_BACKFILL_UNKNOWN")
@@ -172,15 +172,15 @@ def _enqueue_pending(config: Config, as_json: bool, *, allow_none: bool) -> None
         declaration = item.declaration
         reason = config.call(hold_reason, driver, config.environment, declaration)
         if reason is not None:
-            held.append({"name": declaration["name"], "code": reason.code, "reason": reason.message})
+            held.append({"name": declaration.name, "code": reason.code, "reason": reason.message})
             continue
-        handle = get_backfill(declaration["name"])
+        handle = get_backfill(declaration.name)
         assert handle is not None
         # A pass completed under an older checksum would be skipped by the ledger rule, so the
         # deploy trigger forces it: the code changed, so this is a different sweep.
         result = config.call(lambda h=handle, f=item.reason == "checksum-changed":
                              h.enqueue({"force": f}, driver=driver))
-        enqueued.append({"name": declaration["name"], "job_id": result.id, "deduped": result.deduped,
+        enqueued.append({"name": declaration.name, "job_id": result.id, "deduped": result.deduped,
                          "forced": item.reason == "checksum-changed"})
     if as_json:
         emit_json({"enqueued": enqueued, "held": held})
