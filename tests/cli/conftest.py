@@ -8,24 +8,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.postgres import postgres_schema
+from tests.drivers import SHARED_KINDS, database_url
 from ultimat3.backfill import dispose_engines
 from ultimat3.cli import cli
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=SHARED_KINDS)
 def database(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """``X_DATABASE_URL`` for one test, with the test app's table seeded."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'x.db'}"
-        monkeypatch.setenv("X_DATABASE_URL", url)
-        from tests.cli import cli_app
-
-        cli_app.seed()
-        yield url
-        dispose_engines()
-        return
-    with postgres_schema("x_cli") as url:
+    with database_url(request.param, tmp_path, prefix="x_cli") as url:
         monkeypatch.setenv("X_DATABASE_URL", url)
         from tests.cli import cli_app
 

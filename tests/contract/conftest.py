@@ -13,22 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres import postgres_schema
+from tests.drivers import KINDS, build, database_url
 from ultimat3.core.clock import ManualClock
-from ultimat3.drivers.memory import MemoryDriver
-from ultimat3.drivers.postgres.driver import PostgresDriver
 from ultimat3.drivers.protocol import JobDriver
-from ultimat3.drivers.sqlite.driver import SqliteDriver
 from ultimat3.testing.contract.fixtures import backdoor, clock, first_migrate, record_first_migrate
 
 __all__ = ["backdoor", "clock", "driver", "first_migrate", "postgres_url"]
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The test database, checked once per session, in a schema of the suite's own: its
     TRUNCATEs cannot disturb anything else using the same database, nor be disturbed."""
-    with postgres_schema("x_contract") as url:
+    with database_url("postgres", tmp_path_factory.mktemp("contract"), prefix="x_contract") as url:
         yield url
 
 
@@ -41,27 +38,15 @@ def _reset_postgres(url: str) -> None:
         conn.execute("DELETE FROM x_migrations WHERE id NOT LIKE 'x:%'")
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-    ]
-)
+@pytest.fixture(params=KINDS)
 def driver(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> Iterator[JobDriver]:
     """A migrated, empty driver of each kind, on the test's :class:`ManualClock`."""
     kind: str = request.param
-    built: JobDriver
-    if kind == "memory":
-        built = MemoryDriver(clock=clock)
-        record_first_migrate(request, built.migrate())
-    elif kind == "sqlite":
-        built = SqliteDriver(str(tmp_path / "x.db"), clock=clock)
-        record_first_migrate(request, built.migrate())
-    else:
-        url = request.getfixturevalue("postgres_url")
-        built = PostgresDriver(url, clock=clock)
-        record_first_migrate(request, built.migrate())
+    # Postgres shares one session schema (emptied per test): a schema per test costs ~50 ms each.
+    url = request.getfixturevalue("postgres_url") if kind == "postgres" else f"sqlite:///{tmp_path / 'x.db'}"
+    built = build(kind, url, clock)
+    record_first_migrate(request, built.migrate())
+    if kind == "postgres":
         _reset_postgres(url)
     try:
         yield built

@@ -11,13 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.process.harness import postgres_schema
+from tests.drivers import KINDS, SHARED_KINDS, database_url
 from ultimat3.drivers import create_driver
 from ultimat3.drivers.protocol import JobDriver
 
-DRIVERS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-#: What another process (the CLI) can open: memory:// lives inside one process only.
-SHARED_DRIVERS = DRIVERS[1:]
+DRIVERS = KINDS
+SHARED_DRIVERS = SHARED_KINDS
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -32,13 +31,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="module")
 def driver_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A database URL of each kind (a fresh SQLite file, a fresh Postgres schema)."""
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('prop') / 'x.db'}"
-    else:
-        with postgres_schema("x_prop") as url:
-            yield url
+    with database_url(request.param, tmp_path_factory.mktemp("prop"), prefix="x_prop") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from ultimat3.jobs.errors import (
     JobDuplicateError,
     JobInputError,
     StepDuplicateError,
-    UnknownJobError,
 )
 from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
@@ -61,7 +60,6 @@ __all__ = [
     "RetryPolicy",
     "StepDuplicateError",
     "SyncStep",
-    "UnknownJobError",
     "Worker",
     "WorkerEvent",
     "create_driver",

@@ -13,7 +13,6 @@ __all__ = [
     "JobInputError",
     "StepDuplicateError",
     "StepResultError",
-    "UnknownJobError",
 ]
 
 
@@ -45,11 +44,4 @@ class StepDuplicateError(XError):
     """One run used the same step name twice."""
 
     code = "X_STEP_DUPLICATE"
-    retryable = False
-
-
-class UnknownJobError(XError):
-    """A name that no ``@job`` in this process declared."""
-
-    code = "X_JOB_UNKNOWN"
     retryable = False
