@@ -77,8 +77,24 @@ def payload_text(request: EnqueueRequest) -> str:
                      hint="pass JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
 
 
+class Serialized:
+    """A value already turned into JSON text by :func:`strict_dumps` (the worker does it once, to
+    decide whether a result can be stored at all); drivers store the text as it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Serialized({self.text!r})"
+
+
 def result_text(value: Any, *, what: str) -> str:
-    """A job or step result as JSON text (coded ``X_JOB_RESULT``)."""
+    """A job or step result as JSON text (coded ``X_JOB_RESULT``); a :class:`Serialized` value is
+    not serialised again."""
+    if isinstance(value, Serialized):
+        return value.text
     return json_text(value, what=what, code="X_JOB_RESULT",
                      hint="return JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
 
@@ -97,19 +113,24 @@ def check_request(request: EnqueueRequest) -> str:
             raise ConfigError(f'job "{request.name!r}" {field}={value!r} {problem}',
                               f"pass {field} as plain text without NUL or unpaired surrogates",
                               code="X_JOB_FIELD")
-    for field, low in (("priority", INT32_MIN), ("max_attempts", 1)):
-        value = getattr(request, field)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
-            raise ConfigError(f'job "{request.name}" {field}={value!r} is outside {low}..{INT32_MAX}',
-                              f"pass {field} as a 32-bit integer", code="X_JOB_FIELD")
+    priority = request.priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or not INT32_MIN <= priority <= INT32_MAX:
+        raise ConfigError(f'job "{request.name}" priority={priority!r} is not an integer in {INT32_MIN}..{INT32_MAX}',
+                          "pass priority as a (32-bit) int; higher runs first, 0 is the default",
+                          code="X_JOB_PRIORITY")
+    attempts = request.max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT32_MAX:
+        raise ConfigError(f'job "{request.name}" max_attempts={attempts!r} is outside 1..{INT32_MAX}',
+                          "pass max_attempts as a 32-bit integer", code="X_JOB_FIELD")
     if request.run_at is not None:
         try:
             ok = math.isfinite(request.run_at) and to_datetime(request.run_at) is not None
         except (OverflowError, OSError, ValueError, TypeError):
             ok = False
         if not ok:
-            raise ConfigError(f'job "{request.name}" run_at={request.run_at!r} is not a time a row can hold',
-                              "pass epoch seconds within years 1970..9999", code="X_JOB_SCHEDULE")
+            raise ConfigError(f'job "{request.name}" would run at {request.run_at!r} (epoch seconds), past any '
+                              "date a row can hold",
+                              "pass a delay or run_at within years 1970..9999", code="X_JOB_SCHEDULE")
     if not isinstance(request.payload, dict):
         raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
                           "pass the payload as a JSON object", code="X_JOB_PAYLOAD")

@@ -19,7 +19,7 @@ from ultimat3.core.clock import Clock
 from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
 from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import ClaimedJob, JobDriver, NackRequest
-from ultimat3.drivers.values import storable, strict_dumps
+from ultimat3.drivers.values import Serialized, storable, strict_dumps
 from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.job import JobHandle, get_job
 from ultimat3.jobs.signal import AbortSignal
@@ -163,8 +163,9 @@ class AttemptRunner:
             error = task.exception()
             if error is None:
                 try:
-                    result = to_jsonable_python(task.result())
-                    strict_dumps(result)
+                    # Serialised once, here: what cannot be stored is refused now (a retry would
+                    # return it again), and the driver stores this text without dumping it again.
+                    result = Serialized(strict_dumps(to_jsonable_python(task.result())))
                 except Exception as bad:
                     # The same handler would return the same value again: not worth a retry.
                     refused = XError(f'job "{handle.name}" returned a value that cannot be stored as JSON: {bad}',

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ultimat3.core.clock import to_datetime, to_seconds
+from ultimat3.core.clock import to_seconds
 from ultimat3.core.context import Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
 from ultimat3.drivers.limits import check_depth
@@ -233,22 +232,9 @@ class JobHandle(Generic[InT]):
                 code="X_JOB_SCHEDULE",
             )
             run_at = to_seconds(options.run_at)
-        if run_at is not None:
-            try:
-                to_datetime(run_at)  # every driver reports run_at as a datetime: it must be one
-            except (OverflowError, OSError, ValueError):
-                fail(
-                    f'job "{self.name}" would run at {run_at!r} (epoch seconds), past any date a row can hold',
-                    "pass a delay or run_at within the next few thousand years",
-                    code="X_JOB_SCHEDULE",
-                )
+        # run_at's range and the priority's are the drivers' value rules (drivers/values.py),
+        # checked once, on the request, before anything is written.
         priority = self.priority if options.priority is None else options.priority
-        check(
-            isinstance(priority, int) and not isinstance(priority, bool) and PRIORITY_MIN <= priority <= PRIORITY_MAX,
-            f'job "{self.name}" priority={priority!r} is not an integer in {PRIORITY_MIN}..{PRIORITY_MAX}',
-            "pass priority as a (32-bit) int; higher runs first, 0 is the default",
-            code="X_JOB_PRIORITY",
-        )
         check(
             options.on_conflict in ("return", "error"),
             f'job "{self.name}" on_conflict={options.on_conflict!r}',
@@ -259,17 +245,14 @@ class JobHandle(Generic[InT]):
         # Looked for before the JSON dump too: pydantic's JSON mode silently turns a NaN held
         # in an Any/dict field into null, which would change the input without a word.
         where = _non_finite_at(model.model_dump(), "")
-        payload = model.model_dump(mode="json")
-        try:
-            json.dumps(payload, allow_nan=False)
-        except ValueError:
-            where = where or "(input)"
         if where is not None:
             fail(
                 f'job "{self.name}" input field "{where or "(input)"}" holds NaN or Infinity, which JSON cannot store',
                 "pass finite numbers (or None) in the input",
                 code="X_JOB_INPUT",
             )
+        # JSON-ready Python, not text: the driver serialises the payload once (check_request).
+        payload = model.model_dump(mode="json")
         return EnqueueRequest(
             name=self.name,
             payload=payload,
