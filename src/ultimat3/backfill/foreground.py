@@ -22,7 +22,7 @@ from ultimat3.backfill.progress import emit
 from ultimat3.backfill.registry import backfill_origin
 from ultimat3.backfill.scope import backfill_scope
 from ultimat3.core.context import Actor, Ctx, Environment, default_environment, use_ctx
-from ultimat3.core.errors import Interrupted
+from ultimat3.core.errors import Interrupted, first_line
 from ultimat3.drivers.protocol import JobDriver
 from ultimat3.jobs.job import JobHandle
 from ultimat3.jobs.runtime import get_driver
@@ -68,10 +68,6 @@ def dry_run(handle: JobHandle[Any], driver: JobDriver | None = None,
         rows = count_remaining(definition, pass_ctx, engine)
     batches = math.ceil(rows / definition.batch)
     return DryRun(definition.name, rows, batches, batches / definition.rate)
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "no error").strip().splitlines()[0] if (text or "").strip() else "no error"
 
 
 def _drain(worker: Worker, interruptible: bool) -> bool:
@@ -142,8 +138,9 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
                 return BackfillReport.from_dict(row.result)
             if row.state in ("dead", "cancelled"):
                 code = "X_BACKFILL_FAILED" if row.state == "dead" else "X_BACKFILL_CANCELLED"
+                reason = first_line(row.last_error, "no error")
                 raise BackfillError(
-                    f'backfill "{definition.name}" ended {row.state} (job {row.id}): {_first_line(row.last_error)}',
+                    f'backfill "{definition.name}" ended {row.state} (job {row.id}): {reason}',
                     f"see `x jobs show {row.id}` for the whole error; fix the cause, then `x jobs retry {row.id}` "
                     "(the pass resumes from its last batch)",
                     code=code,

@@ -18,7 +18,7 @@ import click
 
 from ultimat3.cli.config import Config, redact_urls
 from ultimat3.cli.render import err_console, visible
-from ultimat3.core.errors import Interrupted, XError
+from ultimat3.core.errors import Interrupted, XError, first_line
 from ultimat3.tenancy.grants import operator_context
 
 #: Exit code for a usage, configuration or runtime error (click uses 2 for usage errors too).
@@ -66,7 +66,7 @@ def _as_coded(error: BaseException) -> tuple[XError, int]:
                       code="X_CLI_USAGE"), EXIT_ERROR
     if isinstance(error, click.ClickException):
         return XError(error.format_message(), "`x --help` shows the usage", code="X_CLI"), EXIT_ERROR
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    first = first_line(error)
     if type(error).__module__.split(".")[0] in _DATABASE_MODULES:
         # A database error a driver did not code: still one line, never a traceback. Recognised
         # by its module, so the CLI imports no database library.

@@ -33,6 +33,13 @@ class XError(Exception):
         return {"code": self.code, "message": self.message, "hint": self.hint}
 
 
+def first_line(text: object, default: str = "") -> str:
+    """The first non-blank-trimmed line of ``text`` (an error message, a stored traceback), or
+    ``default`` when there is none: what one-line logs and messages quote."""
+    stripped = str(text).strip() if text is not None else ""
+    return stripped.splitlines()[0] if stripped else default
+
+
 class ConfigError(XError):
     """A declaration or a configuration value is wrong; raised where it was written."""
 

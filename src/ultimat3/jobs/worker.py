@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from ultimat3.core.context import Environment, default_environment
-from ultimat3.core.errors import check
+from ultimat3.core.errors import check, first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
@@ -29,11 +29,6 @@ _throttled = ThrottledLog(log)
 #: At most this many acks share one commit.
 MAX_ACK_BATCH = 100
 T = TypeVar("T")
-
-
-def _first_line(text: str | None) -> str:
-    stripped = (text or "").strip()
-    return stripped.splitlines()[0] if stripped else ""
 
 
 #: What a worker event reports: a claim batch, or how one attempt settled ("fenced": the write was
@@ -196,7 +191,7 @@ class Worker:
         except Exception as error:
             # The database is unreachable: the claim lapses and another worker re-runs the job.
             _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
-                               "again", job.id, job.name, _first_line(str(error)), job_id=job.id)
+                               "again", job.id, job.name, first_line(str(error)), job_id=job.id)
             settled = False
         if settled and outcome.kind == "dead":
             await self._after_dead(claimed, outcome.error)
@@ -220,7 +215,7 @@ class Worker:
 
     def _log_attempt(self, claimed: ClaimedJob, kind: str, duration: float, error: str | None) -> None:
         job = claimed.job
-        first = _first_line(error) if kind in ("retry", "dead", "fenced", "aborted") and error else None
+        first = first_line(error) if kind in ("retry", "dead", "fenced", "aborted") and error else None
         level = logging.WARNING if kind in ("retry", "fenced") else logging.ERROR if kind == "dead" else logging.INFO
         log.log(
             level, "job %s %s id=%s queue=%s attempt=%d/%d %.3fs%s", job.name, kind, job.id, job.queue,
@@ -288,7 +283,7 @@ class Worker:
                     alive = await self._io(self.driver.heartbeat, claimed.job.id, claimed.claim_token,
                                            self.visibility_timeout)
                 except Exception as error:
-                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", _first_line(str(error)),
+                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", first_line(str(error)),
                                        job_id=claimed.job.id)
                     continue
                 if not alive:
@@ -318,7 +313,7 @@ class Worker:
                         extra={"queue": waiting.queue, "job_name": waiting.name, "count": waiting.count},
                     )
             except Exception as error:
-                _throttled.warning("unknown-names", "could not list waiting job names (%s)", _first_line(str(error)))
+                _throttled.warning("unknown-names", "could not list waiting job names (%s)", first_line(str(error)))
             await asyncio.sleep(self.unknown_names_interval)
 
     # -- loops ----------------------------------------------------------------------------------
@@ -345,7 +340,7 @@ class Worker:
                         claimed = await self._claim(free)
                     except Exception as error:
                         _throttled.warning("claim", "claim failed (%s: %s); backing off", type(error).__name__,
-                                           _first_line(str(error)))
+                                           first_line(str(error)))
                         await asyncio.sleep(min(5.0, self.poll_interval * 2))
                         continue
                     _throttled.recovered("claim", "claiming works again")

@@ -12,6 +12,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ultimat3.core.clock import Clock
+from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.postgres.rows import (
@@ -81,7 +82,7 @@ class _Database:
                         "check that the server at X_DATABASE_URL is up; the operation may be retried",
                         code="X_DATABASE_UNREACHABLE",
                     ) from exc
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = first_line(exc, type(exc).__name__)
                 _throttled.warning("connection", "PostgreSQL connection lost (%s); retrying once on a fresh one", first)
                 # A restart kills every idle connection at once: drop them all, not one per call.
                 self.pool.check()

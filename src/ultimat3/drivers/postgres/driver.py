@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ultimat3.core.clock import Clock, system_clock, to_datetime
+from ultimat3.core.errors import first_line
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.postgres.database import (
     CONNECT_TIMEOUT,
@@ -148,7 +149,7 @@ class PostgresDriver:
         try:
             psycopg.connect(self._conninfo, connect_timeout=CONNECT_TIMEOUT).close()
         except psycopg.OperationalError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc, type(exc).__name__)
             raise DriverError(
                 f"PostgreSQL is unreachable: {first}",
                 "check X_DATABASE_URL (host, port, database, user) and that the server is running",

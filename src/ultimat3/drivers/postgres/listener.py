@@ -23,6 +23,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ultimat3.core.errors import first_line
+
 __all__ = ["WAKE_ALL", "Listener"]
 
 from ultimat3.core.throttle import ThrottledLog
@@ -128,7 +130,7 @@ class Listener:
                 self._listen(missed, established)
             except Exception as exc:  # any failure: the connection is gone or unusable
                 if not self._stop.is_set():
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    first = first_line(exc, type(exc).__name__)
                     _throttled.warning("listen", "LISTEN %s lost (%s); reconnecting", self.channel, first)
             finally:
                 self._listening.clear()

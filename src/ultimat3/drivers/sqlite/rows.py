@@ -19,7 +19,8 @@ from ultimat3.drivers.records import Decoders, job_record
 from ultimat3.drivers.records import backfill_run as _backfill_run
 from ultimat3.drivers.records import lease as _lease
 from ultimat3.drivers.sql import load_queries
-from ultimat3.drivers.values import Serialized, strict_dumps
+from ultimat3.drivers.values import result_text as values_result_text
+from ultimat3.drivers.values import strict_dumps
 
 __all__ = [
     "DECODE",
@@ -52,11 +53,9 @@ def dumps_json(value: Any, what: str, code: str, hint: str) -> str:
 
 
 def result_text(job_id: str, result: Any) -> str | None:
-    if isinstance(result, Serialized):  # serialised once, by the worker
-        return None if result.text == "null" else result.text
-    return None if result is None else dumps_json(
-        result, f"result of job {job_id}", "X_JOB_RESULT", "return JSON values from the job"
-    )
+    """The result as the column holds it: the shared value rule's JSON text, SQL NULL for none."""
+    text = values_result_text(result, what=f"result of job {job_id}")
+    return None if text == "null" else text
 
 
 def loads(text: str | None) -> Any:
