@@ -1,8 +1,10 @@
 """The PostgreSQL driver: psycopg 3 over a ``psycopg_pool.ConnectionPool``, for a fleet of workers.
 
-Every statement is in ``queries.sql`` and every value a parameter. Every time written comes from
-the injected clock (passed in as an aware UTC datetime, never ``now()``), so the contract suite can
-move a :class:`~ultimat3.core.ManualClock` instead of sleeping.
+Every statement is in ``queries.sql`` and every value a parameter. Every time written or compared
+comes from the driver's clock, passed in as an aware UTC datetime: by default a
+:class:`~ultimat3.core.clock.ReferenceClock` that follows the SERVER's clock (one clock for the
+whole fleet, whatever each host's wall clock says), or a clock the caller injects (the contract
+suite moves a :class:`~ultimat3.core.ManualClock` instead of sleeping).
 
 Pooled connections run in autocommit: the hot paths (enqueue, claim, ack, nack, heartbeat, a
 step's checkpoint) are each ONE statement, i.e. one round trip, and atomic on their own. Only the
@@ -19,6 +21,7 @@ at-least-once anyway); a settlement or heartbeat that did commit reports ``False
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -29,8 +32,9 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ultimat3.core.clock import Clock, system_clock, to_datetime
+from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
+from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.postgres.database import (
     CONNECT_TIMEOUT,
@@ -92,6 +96,25 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_skew_log = ThrottledLog(_log, every=60.0)
+
+#: A host whose wall clock is further than this from the server's is told so (X_CLOCK_SKEW).
+SKEW_WARNING = 1.0
+
+
+def _warn_skew(offset: float) -> None:
+    """One coded line, at most once a minute, when this host's clock is off the server's."""
+    if abs(offset) <= SKEW_WARNING:
+        return
+    direction = "ahead of" if offset > 0 else "behind"
+    _skew_log.warning(
+        "X_CLOCK_SKEW",
+        "X_CLOCK_SKEW: the clock of host %s is %.1fs %s the database server's; every time that"
+        " coordinates workers is taken from the server, so jobs stay correct, but this host's logs"
+        " and local timestamps are off (hint: run NTP on this host, e.g. chrony or systemd-timesyncd)",
+        socket.gethostname(), abs(offset), direction,
+        code="X_CLOCK_SKEW", offset=offset, host=socket.gethostname(),
+    )
 
 
 class _Staged:
@@ -123,7 +146,9 @@ class PostgresDriver:
     ``url``: ``postgres://``, ``postgresql://`` or ``postgresql+psycopg://``. ``min_size`` and
     ``max_size`` bound the connection pool (the LISTEN connection is extra, opened on the first
     :meth:`subscribe`). ``channel`` is the NOTIFY channel; drivers that should wake each other
-    must share it. All methods are thread-safe.
+    must share it. ``clock``: leave it out in production (the server's clock is measured and
+    followed, see :class:`~ultimat3.core.clock.ReferenceClock`); tests pass a
+    :class:`~ultimat3.core.ManualClock`. All methods are thread-safe.
     """
 
     name = "postgres"
@@ -142,8 +167,6 @@ class PostgresDriver:
         self.url = url
         self.channel = channel
         self._conninfo = conninfo_from_url(url)
-        #: Every timestamp this driver writes comes from here (never the server's ``now()``).
-        self.clock: Clock = clock if clock is not None else system_clock
         # One direct connection first: a wrong host or a stopped server fails here at once, with
         # the server's own words, instead of after the pool's retries time out.
         try:
@@ -164,6 +187,17 @@ class PostgresDriver:
             name=f"ultimat3-{channel}",
             timeout=10.0,
         )
+        self._reference: ReferenceClock | None = None
+        if clock is None:
+            # One clock for the fleet: the server's, measured here and followed between samples.
+            try:
+                clock = self._reference = ReferenceClock(self._server_time, on_measure=_warn_skew)
+            except BaseException:
+                self._pool.close()
+                raise
+            self._reference.start(name=f"ultimat3-clock-{channel}")
+        #: Every timestamp this driver writes and every due-ness it decides comes from here.
+        self.clock: Clock = clock
         self._db = _Database(self._pool, self.clock)
         self._lock = threading.Lock()
         self._subscribers: list[WakeCallback] = []
@@ -177,6 +211,18 @@ class PostgresDriver:
 
     def __repr__(self) -> str:
         return f"PostgresDriver(channel={self.channel!r})"
+
+    def _server_time(self) -> float:
+        """The server's ``clock_timestamp()`` as epoch seconds (one round trip)."""
+        with self._pool.connection() as conn:
+            row = _tuples(conn).execute(_Q["server_time"]).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    def clock_offset(self) -> float | None:
+        """This host's wall clock minus the server's, in seconds, as last measured; ``None`` when
+        a clock was injected (then nothing is measured)."""
+        return None if self._reference is None else self._reference.offset()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -215,6 +261,8 @@ class PostgresDriver:
                 return
             self._closed = True
             listener, self._listener = self._listener, None
+        if self._reference is not None:
+            self._reference.stop()
         if listener is not None:
             listener.request_stop()
             # The listener waits on its connection; a NOTIFY on its private channel ends the wait now.

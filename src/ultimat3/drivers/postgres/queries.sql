@@ -1,7 +1,8 @@
 -- Every statement the PostgreSQL driver sends, by name. `ultimat3.drivers.sql` parses this file once
 -- into a dict: a block starts at a `-- name: NAME` line and runs to the next one. Whole-line comments
 -- are dropped on load (psycopg would read a percent sign in them as a placeholder). Every value is
--- a %(named)s parameter; every time is the driver's clock, passed in, never now().
+-- a %(named)s parameter; every time is the driver's clock, passed in, never now() (that clock
+-- follows this server's by default: see `server_time`).
 --
 -- Shared vocabulary: "waiting" states are ready, delayed and suspended (claimable once run_at has
 -- come); "live" states add running (they hold the idempotency key); "final" states are done, dead
@@ -31,6 +32,10 @@ SELECT id, applied_at FROM x_migrations ORDER BY seq
 
 -- name: migration_is_applied
 SELECT EXISTS (SELECT 1 FROM x_migrations WHERE id = %(id)s)
+
+-- name: server_time
+-- The one clock of the fleet, sampled by every driver (ReferenceClock) at start and once a minute.
+SELECT extract(epoch FROM clock_timestamp())::float8
 
 -- ----------------------------------------------------------------------------------------------
 -- Enqueue
