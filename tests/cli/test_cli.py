@@ -216,3 +216,34 @@ def test_real_process_errors(args: tuple[str, ...], env: dict[str, str], code: s
     assert code in result.stderr and "hint:" in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+WORKER_KEYS = {"id", "host", "pid", "concurrency", "queues", "started_at", "last_seen_at", "last_seen_seconds_ago",
+               "alive", "why", "running", "clock_offset"}
+
+
+def test_workers_ls_shows_the_registry_and_who_is_dead(x: X, database: str) -> None:
+    from ultimat3.drivers.protocol import ClaimRequest, WorkerInfo
+
+    assert as_json(x("workers", "ls", "--json")) == []
+    assert "no workers registered" in x("workers", "ls").stdout
+    job_id = enqueue_ping(database)
+    driver = create_driver(database)
+    try:
+        driver.workers.register(WorkerInfo(id="live-1", host="web-7", pid=4242, concurrency=5, queues=("default",)))
+        driver.workers.beat("live-1", clock_offset=0.25)
+        driver.workers.register(WorkerInfo(id="gone-2", host="web-8", pid=4343, concurrency=2))
+        driver.claim(ClaimRequest(worker_id="live-1"))
+        driver.workers.abandon("gone-2")  # its process "died"
+        listed = as_json(x("workers", "ls", "--json"))
+        assert [w["id"] for w in listed] == ["gone-2", "live-1"]
+        assert all(set(w) == WORKER_KEYS for w in listed)
+        gone, live = listed
+        assert live["alive"] is True and live["running"] == [job_id] and live["queues"] == ["default"]
+        assert live["clock_offset"] == 0.25 and live["host"] == "web-7" and live["pid"] == 4242
+        assert gone["alive"] is False and gone["why"] and gone["queues"] is None
+        table = x("workers", "ls").stdout
+        assert "live-1" in table and "alive" in table and "presumed dead" in table and "+0.250s" in table
+    finally:
+        driver.workers.unregister("live-1")
+        driver.close()

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=0.3)
     parser.add_argument("--poll", type=float, default=0.2)
     parser.add_argument("--grace", type=float, default=2.0)
+    parser.add_argument("--liveness", type=float, default=1.0, help="probe interval; 0 turns the registry off")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_event(event: WorkerEvent) -> None:
         line = json.dumps({"kind": event.kind, "job_id": event.job_id, "attempt": event.attempt,
-                           "count": event.count, "worker": args.worker_id, "at": time.time()})
+                           "count": event.count, "worker": args.worker_id, "at": time.time(),
+                           "error": event.error})
         with lock:
             events.write(line + "\n")
             events.flush()
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_id=args.worker_id,
         environment="test",
         on_event=on_event,
+        liveness_interval=args.liveness or None,
     )
     _worker = worker
     if _stop_requested:

@@ -10,19 +10,15 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.process import chaos_app
-from tests.process.harness import Fleet, postgres_schema, wait_for
-from ultimat3.drivers import create_driver
-from ultimat3.drivers.protocol import JobDriver
+from tests.process.backends import Backend, get
+from tests.process.harness import Fleet, wait_for
 from ultimat3.jobs import NackRequest, isolated_registry
 
 pytestmark = pytest.mark.process
@@ -31,75 +27,6 @@ HEARTBEAT = 0.3
 #: Scheduling slack on a loaded 2-core box: the heartbeat round's own round trips, the lookup that
 #: tells "cancelled" from "claim lost", the handler's next look at its signal and its app write.
 SLACK = 0.6
-
-
-class Backend:
-    def __init__(self, kind: str, url: str, app_url: str, root: Path) -> None:
-        self.kind, self.url, self.app_url, self.root = kind, url, app_url, root
-        self.app = chaos_app.AppDb(app_url)
-        self.app.create_tables()
-        self.driver = create_driver(url)
-
-    def claim_token(self, job_id: str) -> str | None:
-        """The token the current claim holds (read behind the driver's back, as an attacker would)."""
-        if self.kind == "sqlite":
-            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"))
-            try:
-                row = conn.execute("SELECT claim_token FROM x_jobs WHERE id = ?", (job_id,)).fetchone()
-            finally:
-                conn.close()
-        else:
-            import psycopg
-
-            with psycopg.connect(self.url) as pg:
-                row = pg.execute("SELECT claim_token FROM x_jobs WHERE id = %s", (job_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def writable(self) -> bool:
-        """Whether a write can start now (on SQLite: nobody holds the file's write lock)."""
-        if self.kind != "sqlite":
-            return True  # a stopped client holds no server-side lock past its own autocommit statement
-        conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=0.5, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
-
-    def marks(self, tag: str) -> list[tuple[str, str, int, float]]:
-        return [(kind, worker, attempt, at) for kind, worker, attempt, at in self.app.rows(
-            "SELECT kind, worker, attempt, at FROM chaos_marks WHERE tag = ? ORDER BY id", (tag,))]
-
-    def close(self) -> None:
-        self.driver.close()
-        self.app.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        built = Backend("sqlite", f"sqlite:///{tmp_path / 'x.db'}", f"sqlite:///{tmp_path / 'app.db'}",
-                        tmp_path / "fleet")
-        try:
-            yield built
-        finally:
-            built.close()
-        return
-    with postgres_schema("x_fence") as url:
-        built = Backend("postgres", url, url, tmp_path / "fleet")
-        try:
-            yield built
-        finally:
-            built.close()
-
-
-def get(driver: JobDriver, job_id: str) -> Any:
-    row = driver.introspect.get(job_id)
-    assert row is not None
-    return row
 
 
 def test_cancel_reaches_a_running_attempt_within_a_heartbeat_under_load(backend: Backend) -> None:

@@ -210,6 +210,53 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker says of itself when it registers (shown by ``x workers ls``)."""
+
+    id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One registered worker as the registry sees it now.
+
+    ``alive`` is what the liveness signal says (the database session or the lock file that the
+    OS releases when the process dies), never a timer; ``why`` says how it was decided.
+    ``running`` are the ids of the jobs it holds claims on. ``clock_offset``: the worker host's
+    wall clock minus the database's, as the worker last measured it (``None``: not measured).
+    """
+
+    id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...] | None
+    started_at: datetime
+    last_seen_at: datetime
+    alive: bool
+    why: str
+    running: tuple[str, ...] = ()
+    clock_offset: float | None = None
+
+
+@dataclass(frozen=True)
+class RescuedJob:
+    """A ``running`` job of a dead worker, put back to ``ready`` by :meth:`WorkerRegistry.rescue`."""
+
+    job_id: str
+    queue: str
+    worker_id: str
+
+
+#: ``last_error`` of a job rescued from a dead worker (the worker id is appended).
+WORKER_LOST = "X_WORKER_LOST: the worker running this attempt died"
+
+
+@dataclass(frozen=True)
 class MigrationRecord:
     """One applied migration in the ``x_migrations`` ledger."""
 
@@ -304,6 +351,46 @@ class LeaseStore(Protocol):
         ...
 
 
+class WorkerRegistry(Protocol):
+    """The ``x_workers`` table and each worker's liveness signal.
+
+    Liveness is what the database or the OS says, not a timer: on PostgreSQL a session-level
+    advisory lock held on a connection the worker keeps open (the server frees it the moment that
+    connection dies); on SQLite an ``flock`` on a lock file beside the database (the kernel frees
+    it the moment the process dies); in memory a flag (one process). A worker whose signal is
+    free is dead, and :meth:`rescue` puts its running jobs back at once, each fenced: the old
+    claim token is cleared, so the dead worker (or one that only looked dead) can settle nothing.
+    """
+
+    def register(self, info: WorkerInfo) -> None:
+        """Take the worker's liveness signal, then enter (or refresh) its row. Raises
+        ``X_WORKER_ID_TAKEN`` when a live worker already holds the id."""
+        ...
+
+    def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
+        """Record that the worker is here now; re-take its signal and row when they were lost
+        (a dropped connection, a rescue that took it for dead). ``False`` when it had to re-register."""
+        ...
+
+    def unregister(self, worker_id: str) -> None:
+        """Clean shutdown: remove the row, then free the signal. Idempotent."""
+        ...
+
+    def abandon(self, worker_id: str) -> None:
+        """Free the signal WITHOUT removing the row, exactly as the process dying would."""
+        ...
+
+    def list(self) -> list[WorkerRecord]:
+        """Every registered worker, alive or presumed dead, by id (probing liveness, changing nothing)."""
+        ...
+
+    def rescue(self, worker_id: str) -> builtins.list[RescuedJob]:
+        """From worker ``worker_id``: find registered workers whose signal is free, put their
+        ``running`` jobs back to ``ready`` (attempt counted, claim cleared, ``last_error``
+        :data:`WORKER_LOST`), and remove their rows, in one transaction."""
+        ...
+
+
 class MigrationLedger(Protocol):
     """The ``x_migrations`` table: which migrations (the library's and the app's) are applied."""
 
@@ -368,6 +455,11 @@ class JobDriver(Protocol):
     @property
     def migrations(self) -> MigrationLedger:
         """The ``x_migrations`` ledger."""
+        ...
+
+    @property
+    def workers(self) -> WorkerRegistry:
+        """The worker registry and liveness."""
         ...
 
     def migrate(self) -> list[str]:

@@ -19,7 +19,8 @@ from typing import Any, Literal, TypeVar
 from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check, first_line
 from ultimat3.core.throttle import ThrottledLog
-from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName
+from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName, WorkerInfo
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.signal import AbortSignal
@@ -31,9 +32,10 @@ MAX_ACK_BATCH = 100
 T = TypeVar("T")
 
 
-#: What a worker event reports: a claim batch, or how one attempt settled ("fenced": the write was
-#: refused because the attempt no longer held its claim).
-WorkerEventKind = Literal["claimed", "done", "retry", "dead", "suspended", "aborted", "released", "fenced"]
+#: What a worker event reports: a claim batch, how one attempt settled ("fenced": the write was
+#: refused because the attempt no longer held its claim), or a job this worker rescued from a dead one.
+WorkerEventKind = Literal["claimed", "done", "retry", "dead", "suspended", "aborted", "released", "fenced",
+                          "rescued"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,12 @@ class Worker:
     attempt through its signal. Acks of attempts that finish together are written in one commit
     (waiting at most ``ack_delay`` seconds for company). On stop, claiming ends at once, running attempts get
     ``grace_period`` seconds, then are aborted and released without burning an attempt.
+
+    :meth:`run` registers the worker in the driver's registry with a liveness signal the database
+    or the OS keeps (see :class:`~ultimat3.drivers.protocol.WorkerRegistry`) and, every
+    ``liveness_interval`` seconds (jittered), refreshes it and rescues the running jobs of workers
+    whose signal is gone: a killed worker's jobs run again within about that interval instead of
+    after ``visibility_timeout``. ``liveness_interval=None`` turns both off.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class Worker:
         rand: Callable[[], float] = random.random,
         ack_delay: float = 0.002,
         unknown_names_interval: float = 300.0,
+        liveness_interval: float | None = 1.0,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -114,6 +123,15 @@ class Worker:
             "make heartbeat_interval at most a third of visibility_timeout",
             code="X_WORKER_CONFIG",
         )
+        check(
+            liveness_interval is None or liveness_interval > 0,
+            f"Worker(liveness_interval={liveness_interval!r}) — the probe interval must be positive",
+            "write liveness_interval=1 (seconds), or None to turn the registry and rescue off",
+            code="X_WORKER_CONFIG",
+        )
+        self.liveness_interval = liveness_interval
+        self._rand = rand
+        self._registered = False
         self.poll_interval = poll_interval
         self.grace_period = grace_period
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -291,6 +309,67 @@ class Worker:
                     cancelled = current is not None and current.state == "cancelled"
                     active.signal.abort("cancelled" if cancelled else "claim lost")
 
+    # -- liveness and rescue --------------------------------------------------------------------
+
+    def info(self) -> WorkerInfo:
+        """What this worker says of itself in the registry."""
+        return WorkerInfo(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+                          concurrency=self.concurrency, queues=self.queues)
+
+    def _clock_offset(self) -> float | None:
+        measure = getattr(self.driver, "clock_offset", None)
+        return measure() if callable(measure) else None
+
+    async def _register(self) -> None:
+        try:
+            await self._io(self.driver.workers.register, self.info())
+        except DriverError as error:
+            if error.code == "X_WORKER_ID_TAKEN":
+                raise  # two live processes under one id: a configuration error, not an outage
+            _throttled.warning("register", "could not register worker (%s); will retry", first_line(str(error)))
+            return
+        except Exception as error:
+            _throttled.warning("register", "could not register worker (%s); will retry", first_line(str(error)))
+            return
+        self._registered = True
+
+    async def _liveness(self, interval: float) -> None:
+        # Refresh our own signal and row, then look for dead workers; one probe per interval,
+        # jittered so a fleet started together does not probe in lockstep.
+        while True:
+            await asyncio.sleep(interval * (0.8 + 0.4 * self._rand()))
+            try:
+                if not self._registered:
+                    await self._register()
+                    if not self._registered:
+                        continue
+                else:
+                    await self._io(self.driver.workers.beat, self.worker_id, self._clock_offset())
+                rescued = await self._io(self.driver.workers.rescue, self.worker_id)
+            except Exception as error:
+                _throttled.warning("liveness", "worker liveness probe failed (%s); will retry",
+                                   first_line(str(error)))
+                continue
+            _throttled.recovered("liveness", "worker liveness probe works again")
+            if rescued:
+                dead = sorted({r.worker_id for r in rescued})
+                log.warning("rescued %d running job(s) of dead worker(s) %s: they are ready again",
+                            len(rescued), ", ".join(dead), extra={"count": len(rescued), "dead_workers": dead})
+                for job in rescued:
+                    self._emit(WorkerEvent("rescued", self.worker_id, job_id=job.job_id,
+                                           error=f"worker {job.worker_id} died"))
+                self._notify()
+
+    async def _unregister(self) -> None:
+        if not self._registered:
+            return
+        try:
+            await self._io(self.driver.workers.unregister, self.worker_id)
+        except Exception as error:
+            log.warning("could not remove worker %s from the registry (%s); the next probe by another worker"
+                        " will", self.worker_id, first_line(str(error)))
+        self._registered = False
+
     def unknown_names(self) -> list[WaitingName]:
         """Jobs waiting in this worker's queues under names it does not declare: nothing here will
         ever run them (the module that declares them was not imported, or is another service's)."""
@@ -327,6 +406,15 @@ class Worker:
         """Claim and run jobs until :meth:`stop`, then shut down gracefully."""
         unsubscribe = self._bind()
         assert self._wake is not None
+        liveness: asyncio.Future[None] | None = None
+        if self.liveness_interval is not None:
+            try:
+                await self._register()
+            except BaseException:
+                unsubscribe()
+                self._close_pools()
+                raise
+            liveness = asyncio.ensure_future(self._liveness(self.liveness_interval))
         beats = asyncio.ensure_future(self._heartbeats())
         watch = asyncio.ensure_future(self._watch_unknown_names())
         log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
@@ -354,6 +442,10 @@ class Worker:
         finally:
             beats.cancel()
             watch.cancel()
+            if liveness is not None:
+                liveness.cancel()
+            # After the shutdown released what it held: nothing is left for a rescuer to take.
+            await self._unregister()
             unsubscribe()
             self._close_pools()
 

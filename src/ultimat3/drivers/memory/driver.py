@@ -18,7 +18,7 @@ from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.memory.state import (
     _RUNNABLE_WAITING,
-    INIT_MIGRATION,
+    LIBRARY_MIGRATIONS,
     _Job,
     _log,
     _Store,
@@ -30,6 +30,7 @@ from ultimat3.drivers.memory.stores import (
     MemoryMigrationLedger,
     MemoryStepStore,
 )
+from ultimat3.drivers.memory.workers import MemoryWorkerRegistry
 from ultimat3.drivers.protocol import (
     FINAL_STATES,
     Ack,
@@ -45,6 +46,7 @@ from ultimat3.drivers.protocol import (
     NackRequest,
     StepStore,
     WakeCallback,
+    WorkerRegistry,
 )
 from ultimat3.drivers.staging import stage
 from ultimat3.drivers.values import (
@@ -88,15 +90,18 @@ class MemoryDriver:
         self.backfills: BackfillLedger = MemoryBackfillLedger(self._store)
         self.leases: LeaseStore = MemoryLeaseStore(self._store)
         self.migrations: MigrationLedger = MemoryMigrationLedger(self._store)
+        self.workers: WorkerRegistry = MemoryWorkerRegistry(self._store)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def migrate(self) -> list[str]:
         """Record the library's migration (there are no tables to create); ids applied now."""
-        if self.migrations.is_applied(INIT_MIGRATION):
-            return []
-        self.migrations.mark_applied(INIT_MIGRATION)
-        return [INIT_MIGRATION]
+        applied = []
+        for migration_id in LIBRARY_MIGRATIONS:
+            if not self.migrations.is_applied(migration_id):
+                self.migrations.mark_applied(migration_id)
+                applied.append(migration_id)
+        return applied
 
     def close(self) -> None:
         """Nothing to release."""

@@ -24,8 +24,9 @@ from ultimat3.drivers.values import (
 
 _log = logging.getLogger("ultimat3.drivers.memory")
 
-#: The library's own migration, as the SQL drivers record it in ``x_migrations``.
+#: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
+LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -152,6 +153,22 @@ class _Lease:
         )
 
 
+@dataclass
+class _Worker:
+    """One ``x_workers`` row plus its liveness flag (a memory driver lives in one process, so the
+    flag is the whole signal: :meth:`MemoryWorkerRegistry.abandon` drops it as a death would)."""
+
+    id: str
+    host: str
+    pid: int
+    concurrency: int
+    queues: tuple[str, ...] | None
+    started_at: float
+    last_seen_at: float
+    clock_offset: float | None = None
+    alive: bool = True
+
+
 class _Store:
     """Every table, and the one lock that guards all of them."""
 
@@ -164,6 +181,7 @@ class _Store:
         self.steps: dict[str, dict[str, _Step]] = {}
         self.backfills: dict[str, _Backfill] = {}
         self.leases: dict[tuple[str, int], _Lease] = {}
+        self.workers: dict[str, _Worker] = {}
         # Insertion order is application order, which is what "oldest first" means here.
         self.migrations: dict[str, float] = {}
 

@@ -64,6 +64,7 @@ from ultimat3.drivers.postgres.stores import (
     PostgresMigrationLedger,
     PostgresStepStore,
 )
+from ultimat3.drivers.postgres.workers import PostgresWorkerRegistry
 from ultimat3.drivers.protocol import (
     Ack,
     ClaimedJob,
@@ -208,6 +209,7 @@ class PostgresDriver:
         self.backfills = PostgresBackfillLedger(self._db)
         self.leases = PostgresLeaseStore(self._db)
         self.migrations = PostgresMigrationLedger(self._db)
+        self.workers = PostgresWorkerRegistry(self)
 
     def __repr__(self) -> str:
         return f"PostgresDriver(channel={self.channel!r})"
@@ -263,6 +265,7 @@ class PostgresDriver:
             listener, self._listener = self._listener, None
         if self._reference is not None:
             self._reference.stop()
+        self.workers.close()
         if listener is not None:
             listener.request_stop()
             # The listener waits on its connection; a NOTIFY on its private channel ends the wait now.

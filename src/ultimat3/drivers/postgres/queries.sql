@@ -435,3 +435,64 @@ DELETE FROM x_leases WHERE key = %(key)s AND slot = %(slot)s AND token = %(token
 
 -- name: lease_holders
 SELECT * FROM x_leases WHERE key = %(key)s AND expires_at > %(now)s ORDER BY slot
+
+-- ----------------------------------------------------------------------------------------------
+-- Worker registry. Liveness is a session-level advisory lock per worker, held on a connection the
+-- worker keeps open; the server frees it when that connection dies. Probing takes the same key as
+-- a TRANSACTION-level try-lock: it succeeds only when no session holds the key, and it is kept to
+-- the end of the probing transaction, so a dead worker cannot re-register mid-rescue.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: worker_lock
+SELECT pg_try_advisory_lock(hashtextextended('ultimat3:worker:' || %(id)s, 0))
+
+-- name: worker_upsert
+-- A re-registration (after a rescue took the worker for dead) keeps the first start time.
+INSERT INTO x_workers (id, host, pid, concurrency, queues, started_at, last_seen_at, clock_offset)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(now)s, %(now)s, NULL)
+ON CONFLICT (id) DO UPDATE
+SET host = EXCLUDED.host, pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency,
+    queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at
+
+-- name: worker_beat
+UPDATE x_workers SET last_seen_at = %(now)s, clock_offset = %(clock_offset)s WHERE id = %(id)s
+
+-- name: worker_delete
+DELETE FROM x_workers WHERE id = %(id)s
+
+-- name: worker_list
+-- `free`: no session holds the worker's lock, i.e. its connection (and so, normally, its process)
+-- is gone. Run inside a transaction that is rolled back: the probe's locks end with it.
+SELECT w.*, pg_try_advisory_xact_lock(hashtextextended('ultimat3:worker:' || w.id, 0)) AS free
+FROM x_workers AS w
+ORDER BY w.id
+
+-- name: worker_running
+SELECT claimed_by, id FROM x_jobs WHERE state = 'running' AND claimed_by IS NOT NULL ORDER BY id
+
+-- name: worker_dead
+-- Inside the rescue's transaction: the locks of the dead ones stay held until it commits.
+SELECT id FROM x_workers
+WHERE id <> %(me)s AND pg_try_advisory_xact_lock(hashtextextended('ultimat3:worker:' || id, 0))
+ORDER BY id
+
+-- name: worker_release_jobs
+-- The dead workers' running jobs, back to ready: the attempt counts (as a lapse does), the claim is
+-- cleared, so nothing such a worker may still send can settle them. Their rows go too, and the
+-- queues are woken in every process.
+WITH doomed AS (
+    SELECT id, claimed_by FROM x_jobs
+    WHERE state = 'running' AND claimed_by = ANY(%(dead)s::text[])
+    FOR UPDATE
+), released AS (
+    UPDATE x_jobs AS j
+    SET state = 'ready', claim_token = NULL, visible_at = NULL, claimed_by = NULL,
+        last_error = %(error_prefix)s || d.claimed_by || %(error_suffix)s, updated_at = %(now)s
+    FROM doomed AS d
+    WHERE j.id = d.id AND j.state = 'running'
+    RETURNING j.id, j.queue, d.claimed_by AS worker
+), gone AS (
+    DELETE FROM x_workers WHERE id = ANY(%(dead)s::text[])
+)
+SELECT id, queue, worker, pg_notify(%(channel)s, queue)::text AS notified FROM released
+ORDER BY id

@@ -35,6 +35,7 @@ from ultimat3.drivers.protocol import (
     NackRequest,
     StepStore,
     WakeCallback,
+    WorkerRegistry,
 )
 from ultimat3.drivers.sql import Migration, load_migrations
 from ultimat3.drivers.sqlite.files import DEFAULT_SQLITE_FILE_MODE, is_memory_path, sqlite_file_mode, sqlite_path
@@ -52,6 +53,7 @@ from ultimat3.drivers.sqlite.stores import (
     SqliteMigrationLedger,
     SqliteStepStore,
 )
+from ultimat3.drivers.sqlite.workers import SqliteWorkerRegistry
 from ultimat3.drivers.staging import StagedJob, stage
 from ultimat3.drivers.values import (
     fenced_key,
@@ -161,6 +163,7 @@ class SqliteDriver:
         self.backfills: BackfillLedger = SqliteBackfillLedger(self)
         self.leases: LeaseStore = SqliteLeaseStore(self)
         self.migrations: MigrationLedger = SqliteMigrationLedger(self)
+        self.workers: WorkerRegistry = SqliteWorkerRegistry(self)
 
     def __repr__(self) -> str:
         return f"SqliteDriver({self.path!r})"

@@ -261,3 +261,36 @@ DELETE FROM x_leases WHERE key = :key AND slot = :slot AND token = :token;
 
 -- name: lease_holders
 SELECT * FROM x_leases WHERE key = :key AND expires_at > :now ORDER BY slot;
+
+-- ----------------------------------------------------------------------------------------------
+-- Worker registry (liveness is each worker's flock on its lock file, not a column)
+-- ----------------------------------------------------------------------------------------------
+
+-- name: worker_upsert
+-- A re-registration (after a rescue took the worker for dead) keeps the first start time.
+INSERT INTO x_workers (id, host, pid, concurrency, queues, started_at, last_seen_at, clock_offset)
+VALUES (:id, :host, :pid, :concurrency, :queues, :now, :now, NULL)
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, concurrency = excluded.concurrency,
+    queues = excluded.queues, last_seen_at = excluded.last_seen_at;
+
+-- name: worker_beat
+UPDATE x_workers SET last_seen_at = :now, clock_offset = :clock_offset WHERE id = :id;
+
+-- name: worker_delete
+DELETE FROM x_workers WHERE id = :id;
+
+-- name: worker_list
+SELECT * FROM x_workers ORDER BY id;
+
+-- name: worker_running
+SELECT claimed_by, id FROM x_jobs WHERE state = 'running' AND claimed_by IS NOT NULL ORDER BY id;
+
+-- name: worker_release_jobs
+-- A dead worker's running jobs, back to ready: the attempt counts (as a lapse does), the claim is
+-- cleared, so nothing the worker may still send can settle them.
+UPDATE x_jobs
+SET state = 'ready', claim_token = NULL, visible_at = NULL, claimed_by = NULL,
+    last_error = :error, updated_at = :now
+WHERE state = 'running' AND claimed_by = :worker
+RETURNING id, queue;

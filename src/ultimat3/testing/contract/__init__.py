@@ -17,7 +17,7 @@ A third-party driver proves itself with one test module::
 
 Split by concern (``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
 ``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``prune``, ``subscribe``,
-``transactions``): a module
+``transactions``, ``workers``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
@@ -43,6 +43,7 @@ CONCERNS = (
     "steps",
     "subscribe",
     "transactions",
+    "workers",
 )
 
 
