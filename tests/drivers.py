@@ -37,10 +37,11 @@ def database_url(kind: str, folder: Path, *, prefix: str = "x_test") -> Iterator
             yield url
 
 
-def build(kind: str, url: str, clock: Clock | None = None) -> JobDriver:
-    """A driver of ``kind`` on ``url`` and ``clock`` (not yet migrated)."""
+def build(kind: str, url: str, clock: Clock | None = None, *, direct_url: str | None = None) -> JobDriver:
+    """A driver of ``kind`` on ``url`` and ``clock`` (not yet migrated); ``direct_url`` for a
+    PostgreSQL ``url`` that goes through a pooler."""
     if kind == "memory":
         return MemoryDriver(clock=clock)
     if kind == "sqlite":
         return SqliteDriver(url[len("sqlite:///"):], clock=clock)
-    return PostgresDriver(url, clock=clock)
+    return PostgresDriver(url, clock=clock, direct_url=direct_url)

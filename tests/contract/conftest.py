@@ -18,7 +18,12 @@ from ultimat3.core.clock import ManualClock
 from ultimat3.drivers.protocol import JobDriver
 from ultimat3.testing.contract.fixtures import backdoor, clock, first_migrate, record_first_migrate
 
-__all__ = ["backdoor", "clock", "driver", "first_migrate", "postgres_url"]
+__all__ = ["backdoor", "clock", "driver", "first_migrate", "pgbouncer_urls", "postgres_url"]
+
+#: Every kind, plus PostgreSQL through PgBouncer in transaction mode: every SQL statement of the
+#: driver goes through the pooler, but for what needs a real session (LISTEN, each worker's liveness
+#: lock), which takes the direct URL, as a deployment behind a pooler is told to configure it.
+CONTRACT_KINDS = [*KINDS, pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer])]
 
 
 @pytest.fixture(scope="session")
@@ -29,24 +34,39 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def pgbouncer_urls() -> Iterator[tuple[str, str]]:
+    """A database of the suite's own: (through a transaction-mode PgBouncer, direct)."""
+    from tests.pgbouncer import pgbouncer, pgbouncer_database
+
+    with pgbouncer() as bouncer, pgbouncer_database(bouncer, "x_contract_bouncer") as urls:
+        yield urls
+
+
 def _reset_postgres(url: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_leases")
+        conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_leases, x_workers")
         # The library's own migration rows stay: they describe the schema that is really there.
         conn.execute("DELETE FROM x_migrations WHERE id NOT LIKE 'x:%'")
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=CONTRACT_KINDS)
 def driver(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> Iterator[JobDriver]:
     """A migrated, empty driver of each kind, on the test's :class:`ManualClock`."""
     kind: str = request.param
     # Postgres shares one session schema (emptied per test): a schema per test costs ~50 ms each.
-    url = request.getfixturevalue("postgres_url") if kind == "postgres" else f"sqlite:///{tmp_path / 'x.db'}"
-    built = build(kind, url, clock)
-    record_first_migrate(request, built.migrate())
+    direct = None
     if kind == "postgres":
+        url = request.getfixturevalue("postgres_url")
+    elif kind == "pgbouncer":
+        url, direct = request.getfixturevalue("pgbouncer_urls")
+    else:
+        url = f"sqlite:///{tmp_path / 'x.db'}"
+    built = build("postgres" if kind == "pgbouncer" else kind, url, clock, direct_url=direct)
+    record_first_migrate(request, built.migrate())
+    if kind in ("postgres", "pgbouncer"):
         _reset_postgres(url)
     try:
         yield built

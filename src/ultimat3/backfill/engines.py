@@ -35,7 +35,10 @@ def engine_for_url(url: str, *, backfill: str = "?") -> Engine:
     elif scheme in ("postgres", "postgresql") or scheme.startswith("postgresql+"):
         parsed = make_url("postgresql" + url[len(scheme):] if scheme == "postgres" else url)
         target = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-        options = {"pool_pre_ping": True}
+        # No named prepared statements: through a transaction-mode pooler (PgBouncer, Supavisor, RDS
+        # Proxy) the server connection that holds one changes under us. A page query is planned
+        # once per page of rows, which costs nothing next to the page.
+        options = {"pool_pre_ping": True, "connect_args": {"prepare_threshold": None}}
     else:
         raise BackfillError(
             f'backfill "{backfill}" declares no engine= and the driver\'s URL {url!r} is not a SQL database',

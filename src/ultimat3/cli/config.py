@@ -56,17 +56,21 @@ class Config:
     url: str
     environment: Environment
     verbose: bool = False
+    #: ``--database-direct-url`` / ``X_DATABASE_DIRECT_URL``: the server itself, past a pooler.
+    direct_url: str | None = field(default=None, repr=False)
     _driver: JobDriver | None = field(default=None, repr=False)
     _imported: bool = False
 
     @classmethod
-    def resolve(cls, apps: tuple[str, ...], url: str | None, env: str | None, *, verbose: bool = False) -> Config:
+    def resolve(cls, apps: tuple[str, ...], url: str | None, env: str | None, *, verbose: bool = False,
+                direct_url: str | None = None) -> Config:
         """From flags, then ``X_APP`` / ``X_DATABASE_URL`` / ``X_ENV``, then defaults."""
         if not apps and os.environ.get("X_APP"):
             apps = tuple(part for part in os.environ["X_APP"].split(",") if part)
         environment = parse_environment(env or os.environ.get("X_ENV") or "development",
                                         source="--env" if env else "X_ENV")
-        return cls(apps=apps, url=url or database_url(), environment=environment, verbose=verbose)
+        return cls(apps=apps, url=url or database_url(), environment=environment, verbose=verbose,
+                   direct_url=direct_url or os.environ.get("X_DATABASE_DIRECT_URL") or None)
 
     def load_apps(self) -> None:
         """Import the app modules once."""
@@ -78,7 +82,7 @@ class Config:
         """The driver for ``url`` (migrated unless told otherwise). Drivers report their own
         failures coded (``X_DATABASE_UNREACHABLE``, ``X_DATABASE_READONLY``...)."""
         if self._driver is None:
-            self._driver = create_driver(self.url, migrate=migrate)
+            self._driver = create_driver(self.url, migrate=migrate, direct_url=self.direct_url)
         return self._driver
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -129,14 +129,18 @@ def _login() -> str:
               help="Module that declares your jobs and backfills (repeatable; env X_APP, comma-separated).")
 @click.option("--database-url", "url", metavar="URL",
               help="sqlite:///path, postgresql://... or memory:// (env X_DATABASE_URL; default sqlite:///x.db).")
+@click.option("--database-direct-url", "direct_url", metavar="URL",
+              help="PostgreSQL behind a transaction-mode pooler: a URL to the server itself, for LISTEN and "
+                   "worker liveness (env X_DATABASE_DIRECT_URL).")
 @click.option("--env", "env", metavar="ENV",
               help="development | test | staging | production (env X_ENV; default development).")
 @click.option("--verbose", "-v", is_flag=True, help="On failure, also print the full traceback.")
 @click.version_option(package_name="ultimat3")
 @click.pass_context
-def cli(ctx: click.Context, apps: tuple[str, ...], url: str | None, env: str | None, verbose: bool) -> None:
+def cli(ctx: click.Context, apps: tuple[str, ...], url: str | None, direct_url: str | None, env: str | None,
+        verbose: bool) -> None:
     """Durable background jobs and backfills: run workers, inspect jobs, gate deploys on backfills."""
-    ctx.obj = Config.resolve(apps, url, env, verbose=verbose)
+    ctx.obj = Config.resolve(apps, url, env, verbose=verbose, direct_url=direct_url)
 
 
 def main() -> None:

@@ -31,11 +31,16 @@ def database_url() -> str:
     return os.environ.get("X_DATABASE_URL") or DEFAULT_DATABASE_URL
 
 
-def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate: bool = True) -> JobDriver:
+def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate: bool = True,
+                  direct_url: str | None = None) -> JobDriver:
     """Build the driver a URL names, applying the library's migrations unless ``migrate=False``.
 
-    ``url`` defaults to :func:`database_url`.
+    ``url`` defaults to :func:`database_url`. ``direct_url`` (PostgreSQL): a connection that
+    bypasses a transaction-mode pooler in front of ``url``, for LISTEN and worker liveness; it
+    defaults to ``X_DATABASE_DIRECT_URL`` when ``url`` comes from ``X_DATABASE_URL`` too.
     """
+    if url is None and direct_url is None:
+        direct_url = os.environ.get("X_DATABASE_DIRECT_URL") or None
     url = url or database_url()
     scheme = url.split(":", 1)[0].lower()
     driver: JobDriver
@@ -51,7 +56,17 @@ def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate
         from ultimat3.drivers.postgres.driver import PostgresDriver
 
         # The SQLAlchemy spellings name the same server; psycopg 3 speaks to it either way.
-        driver = PostgresDriver("postgresql" + url[len(scheme):], clock=clock)
+        direct = None
+        if direct_url:
+            direct_scheme = direct_url.split(":", 1)[0].lower()
+            if direct_scheme not in POSTGRES_SCHEMES:
+                raise XError(
+                    f"direct database URL {redact_urls(direct_url)!r} is not a PostgreSQL URL",
+                    "set X_DATABASE_DIRECT_URL (direct_url=) to postgresql://user@host:5432/db, the server itself",
+                    code="X_DATABASE_URL",
+                )
+            direct = "postgresql" + direct_url[len(direct_scheme):]
+        driver = PostgresDriver("postgresql" + url[len(scheme):], clock=clock, direct_url=direct)
     else:
         raise XError(
             f"database URL {redact_urls(url)!r} names no driver (scheme {scheme!r})",

@@ -9,6 +9,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ultimat3.core.clock import Clock
@@ -41,12 +42,29 @@ def conninfo_from_url(url: str) -> str:
     return "postgresql://" + rest
 
 
+#: What a transaction-mode pooler answers to a named prepared statement once the server connection
+#: under a client changed: "already exists" (another client prepared the name there) or "does not
+#: exist" (ours was prepared on the previous server connection). Neither ran the statement.
+_POOLER_ERRORS = (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName)
+
+
 class _Database:
-    """The pool, the clock and the retry-once-on-a-lost-connection rule, shared by every part."""
+    """The pool, the clock and the retry-once-on-a-lost-connection rule, shared by every part.
+
+    Prepared statements: psycopg prepares a statement on the server after a few executions, which
+    saves planning the hot statements on a direct connection. Behind a transaction-mode pooler the
+    server connection changes between transactions and a prepared name is either missing or
+    someone else's; the first such error turns preparation off for every connection of this
+    driver and the operation is run again (nothing of the failed statement ran).
+    """
 
     def __init__(self, pool: ConnectionPool[Conn], clock: Clock) -> None:
         self.pool = pool
         self.clock = clock
+        #: False once a pooler was detected: no statement is prepared on the server any more.
+        self.prepared = True
+        #: Called once when a pooler is detected.
+        self.on_pooler: Callable[[], None] | None = None
 
     def now(self) -> float:
         return self.clock.now()
@@ -56,10 +74,31 @@ class _Database:
         retrying = False
         while True:
             used: Conn | None = None
+            preparing = False
             try:
                 with self.pool.connection() as conn:
                     used = conn
+                    if not self.prepared and conn.prepare_threshold is not None:
+                        conn.prepare_threshold = None
+                    preparing = conn.prepare_threshold is not None
                     return op(conn, retrying)
+            except _POOLER_ERRORS as exc:
+                # Only an operation that could have prepared is run again; without preparation
+                # these errors cannot recur, so this happens at most once per operation.
+                if used is None or not preparing:
+                    raise
+                used.prepare_threshold = None
+                if self.prepared:
+                    self.prepared = False
+                    _log.warning(
+                        "X_DB_POOLER: a transaction-mode connection pooler is in front of PostgreSQL (%s);"
+                        " server-side prepared statements are off for this process from now on",
+                        first_line(exc, type(exc).__name__), extra={"code": "X_DB_POOLER"},
+                    )
+                    if self.on_pooler is not None:
+                        self.on_pooler()
+                # Statements before the failed one may have committed (autocommit): say so.
+                retrying = True
             except PoolClosed as exc:
                 raise DriverError(
                     "the PostgresDriver was closed",

@@ -164,10 +164,17 @@ class PostgresDriver:
         min_size: int = 1,
         max_size: int = 10,
         channel: str = DEFAULT_CHANNEL,
+        direct_url: str | None = None,
     ) -> None:
         self.url = url
         self.channel = channel
         self._conninfo = conninfo_from_url(url)
+        #: Where session-scoped work goes (LISTEN, each worker's liveness lock): ``direct_url``
+        #: when the main URL goes through a transaction-mode pooler, else the main URL.
+        self.direct_url = direct_url
+        self.session_conninfo = conninfo_from_url(direct_url) if direct_url else self._conninfo
+        #: True once sessions on ``session_conninfo`` proved to be pooled (see warn_pooled_session).
+        self.pooled_sessions = False
         # One direct connection first: a wrong host or a stopped server fails here at once, with
         # the server's own words, instead of after the pool's retries time out.
         try:
@@ -200,6 +207,9 @@ class PostgresDriver:
         #: Every timestamp this driver writes and every due-ness it decides comes from here.
         self.clock: Clock = clock
         self._db = _Database(self._pool, self.clock)
+        if direct_url is None:
+            # The pooler that broke a prepared statement sits in front of every session too.
+            self._db.on_pooler = self.warn_pooled_session
         self._lock = threading.Lock()
         self._subscribers: list[WakeCallback] = []
         self._listener: Listener | None = None
@@ -220,6 +230,20 @@ class PostgresDriver:
             row = _tuples(conn).execute(_Q["server_time"]).fetchone()
         assert row is not None
         return float(row[0])
+
+    def warn_pooled_session(self) -> None:
+        """Record (and say once) that session-scoped work runs through a transaction-mode pooler."""
+        first = not self.pooled_sessions
+        self.pooled_sessions = True
+        if first:
+            self.workers.unpin_all()
+            _log.warning(
+                "X_DB_SESSION_POOLED: the session connections of this driver go through a transaction-mode"
+                " connection pooler, so worker liveness cannot be told from them: dead workers' jobs come back"
+                " only at their visibility timeout (hint: set X_DATABASE_DIRECT_URL, or direct_url=, to a"
+                " connection that bypasses the pooler, or use the pooler's session mode)",
+                extra={"code": "X_DB_SESSION_POOLED"},
+            )
 
     def clock_offset(self) -> float | None:
         """This host's wall clock minus the server's, in seconds, as last measured; ``None`` when
@@ -284,21 +308,23 @@ class PostgresDriver:
         """
         staged = _Staged(request, self.clock.now())
         if connection is not None:
-            return self._enqueue_one(_caller_connection(connection), staged, retrying=False)
+            return self._enqueue_one(_caller_connection(connection), staged, retrying=False, prepare=False)
         result = self._db.run(lambda conn, retrying: self._enqueue_one(conn, staged, retrying))
         if not result.deduped:
             self._wake([request.queue])
         return result
 
-    def _enqueue_one(self, conn: Conn, staged: _Staged, retrying: bool) -> EnqueueResult:
+    def _enqueue_one(self, conn: Conn, staged: _Staged, retrying: bool, prepare: bool | None = None) -> EnqueueResult:
+        # prepare=False on a caller's connection: never a named prepared statement there, whatever
+        # its settings (it may go through a transaction-mode pooler; planning one insert is cheap).
         cur = _tuples(conn)
         if retrying:
-            row = cur.execute(_Q["jobs_by_ids"], {"ids": [staged.id]}).fetchone()
+            row = cur.execute(_Q["jobs_by_ids"], {"ids": [staged.id]}, prepare=prepare).fetchone()
             if row is not None:
                 return EnqueueResult(id=row[0], run_id=row[1], deduped=False)
         params = {**staged.params, "channel": self.channel}
         for _ in range(_RACE_RETRIES):
-            row = cur.execute(_Q["enqueue"], params).fetchone()
+            row = cur.execute(_Q["enqueue"], params, prepare=prepare).fetchone()
             if row is None:
                 continue  # the live row we collided with finished before we could read it: again
             job_id, run_id, deduped, _notified = row
@@ -316,7 +342,7 @@ class PostgresDriver:
         if connection is not None:
             conn = _caller_connection(connection)
             with _all_or_nothing(conn):
-                return self._enqueue_batch(conn, staged, retrying=False)
+                return self._enqueue_batch(conn, staged, retrying=False, prepare=False)
 
         def op(conn: Conn, retrying: bool) -> list[EnqueueResult]:
             with conn.transaction():
@@ -326,19 +352,21 @@ class PostgresDriver:
         self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
         return results
 
-    def _enqueue_batch(self, conn: Conn, staged: list[_Staged], retrying: bool) -> list[EnqueueResult]:
+    def _enqueue_batch(self, conn: Conn, staged: list[_Staged], retrying: bool,
+                       prepare: bool | None = None) -> list[EnqueueResult]:
         cur = _tuples(conn)
         results: list[EnqueueResult | None] = [None] * len(staged)
         inserted: set[str] = set()
         if retrying:
             # The lost attempt may have committed (the batch is atomic: then all its inserts did).
-            rows = cur.execute(_Q["jobs_by_ids"], {"ids": [item.id for item in staged]}).fetchall()
+            rows = cur.execute(_Q["jobs_by_ids"], {"ids": [item.id for item in staged]}, prepare=prepare).fetchall()
             inserted.update(row[0] for row in rows)
         pending = list(range(len(staged)))
         for _ in range(_RACE_RETRIES):
             to_insert = [i for i in pending if staged[i].id not in inserted]
             if to_insert:
-                rows = cur.execute(_Q["enqueue_many"], self._batch_params(staged, to_insert)).fetchall()
+                params = self._batch_params(staged, to_insert)
+                rows = cur.execute(_Q["enqueue_many"], params, prepare=prepare).fetchall()
                 inserted.update(row[0] for row in rows if row[0] is not None)
             conflicted: list[int] = []
             for i in pending:
@@ -353,7 +381,7 @@ class PostgresDriver:
             keys = [staged[i].request.idempotency_key for i in conflicted]
             live = {
                 (row[0], row[1]): (row[2], row[3])
-                for row in cur.execute(_Q["live_by_keys"], {"names": names, "keys": keys}).fetchall()
+                for row in cur.execute(_Q["live_by_keys"], {"names": names, "keys": keys}, prepare=prepare).fetchall()
             }
             pending = []
             for i in conflicted:
@@ -497,10 +525,11 @@ class PostgresDriver:
 
         def op(conn: Conn, _: bool) -> Row | None:
             cur = _rows(conn)
-            row = cur.execute(_Q["cancel"], params).fetchone()
-            if row is not None:
-                cur.execute(_Q["cancel_ledger"], {"run_id": row["run_id"], "reason": row["last_error"],
-                                                   "now": params["now"]})
+            with conn.transaction():  # the pass's ledger row closes with the job, or neither does
+                row = cur.execute(_Q["cancel"], params).fetchone()
+                if row is not None:
+                    cur.execute(_Q["cancel_ledger"], {"run_id": row["run_id"], "reason": row["last_error"],
+                                                       "now": params["now"]})
             return row if row is not None else cur.execute(_Q["job_get"], params).fetchone()
 
         row = self._db.run(op)
@@ -583,7 +612,7 @@ class PostgresDriver:
             self._subscribers.append(callback)
             listener = self._listener
             if listener is None:
-                listener = self._listener = Listener(self._conninfo, self.channel, self._dispatch)
+                listener = self._listener = Listener(self.session_conninfo, self.channel, self._dispatch)
                 listener.start()
         if not listener.wait_listening(_LISTEN_READY_TIMEOUT):
             _log.warning("LISTEN %s not in effect yet; wake-ups from other processes start once it is", self.channel)

@@ -437,33 +437,46 @@ DELETE FROM x_leases WHERE key = %(key)s AND slot = %(slot)s AND token = %(token
 SELECT * FROM x_leases WHERE key = %(key)s AND expires_at > %(now)s ORDER BY slot
 
 -- ----------------------------------------------------------------------------------------------
--- Worker registry. Liveness is a session-level advisory lock per worker, held on a connection the
--- worker keeps open; the server frees it when that connection dies. Probing takes the same key as
--- a TRANSACTION-level try-lock: it succeeds only when no session holds the key, and it is kept to
--- the end of the probing transaction, so a dead worker cannot re-register mid-rescue.
+-- Worker registry. Liveness is a session-level advisory lock per worker, (hashtext('ultimat3:workers'),
+-- hashtext(schema:id)), held on a connection the worker keeps open; the server frees it when that
+-- connection dies. Whether a worker lives is read from pg_locks (who holds the key), never by
+-- trying the key: advisory locks are re-entrant, so a probe running on a pooled server connection
+-- that happens to hold the key would take it and call a live worker dead.
 -- ----------------------------------------------------------------------------------------------
 
 -- name: worker_lock
-SELECT pg_try_advisory_lock(hashtextextended('ultimat3:worker:' || %(id)s, 0))
+-- One statement: the lock and the server process that took it (each beat checks it stays the same).
+SELECT pg_try_advisory_lock(hashtext('ultimat3:workers'), hashtext(current_schema() || ':' || %(id)s)),
+       pg_backend_pid()
 
 -- name: worker_upsert
 -- A re-registration (after a rescue took the worker for dead) keeps the first start time.
-INSERT INTO x_workers (id, host, pid, concurrency, queues, started_at, last_seen_at, clock_offset)
-VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(now)s, %(now)s, NULL)
+INSERT INTO x_workers (id, host, pid, concurrency, queues, started_at, last_seen_at, clock_offset, backend_pid)
+VALUES (%(id)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s, %(now)s, %(now)s, NULL, %(backend)s)
 ON CONFLICT (id) DO UPDATE
 SET host = EXCLUDED.host, pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency,
-    queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at
+    queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, backend_pid = EXCLUDED.backend_pid
 
 -- name: worker_beat
+-- Through the liveness connection itself; the backend it ran on proves the session is still ours.
 UPDATE x_workers SET last_seen_at = %(now)s, clock_offset = %(clock_offset)s WHERE id = %(id)s
+RETURNING pg_backend_pid()
+
+-- name: worker_unpin
+-- The liveness session went through a pooler: its lock says nothing, so nobody may rescue on it.
+UPDATE x_workers SET backend_pid = NULL WHERE id = %(id)s
 
 -- name: worker_delete
 DELETE FROM x_workers WHERE id = %(id)s
 
 -- name: worker_list
--- `free`: no session holds the worker's lock, i.e. its connection (and so, normally, its process)
--- is gone. Run inside a transaction that is rolled back: the probe's locks end with it.
-SELECT w.*, pg_try_advisory_xact_lock(hashtextextended('ultimat3:worker:' || w.id, 0)) AS free
+SELECT w.*, EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = (hashtext('ultimat3:workers')::bigint & 4294967295)::oid
+      AND l.objid = (hashtext(current_schema() || ':' || w.id)::bigint & 4294967295)::oid
+) AS held
 FROM x_workers AS w
 ORDER BY w.id
 
@@ -471,10 +484,20 @@ ORDER BY w.id
 SELECT claimed_by, id FROM x_jobs WHERE state = 'running' AND claimed_by IS NOT NULL ORDER BY id
 
 -- name: worker_dead
--- Inside the rescue's transaction: the locks of the dead ones stay held until it commits.
-SELECT id FROM x_workers
-WHERE id <> %(me)s AND pg_try_advisory_xact_lock(hashtextextended('ultimat3:worker:' || id, 0))
-ORDER BY id
+-- Inside the rescue's transaction. Dead: pinned to a real session and nobody holds its key; the
+-- key is then taken for the rest of the transaction, so the worker cannot re-register mid-rescue.
+SELECT w.id FROM x_workers AS w
+WHERE w.id <> %(me)s AND w.backend_pid IS NOT NULL
+  AND CASE WHEN EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = (hashtext('ultimat3:workers')::bigint & 4294967295)::oid
+      AND l.objid = (hashtext(current_schema() || ':' || w.id)::bigint & 4294967295)::oid
+) THEN false
+           ELSE pg_try_advisory_xact_lock(hashtext('ultimat3:workers'), hashtext(current_schema() || ':' || w.id))
+      END
+ORDER BY w.id
 
 -- name: worker_release_jobs
 -- The dead workers' running jobs, back to ready: the attempt counts (as a lapse does), the claim is

@@ -1,12 +1,20 @@
 """The PostgreSQL driver's worker registry. Liveness is a session-level advisory lock per worker,
-held on a connection of its own that the worker keeps open for its whole life: the server frees
-the lock the moment that connection dies (the process was killed, the host is gone, the network
-cut it), with no timer involved. Any other session can tell by trying the same key.
+held on a connection of its own that the worker keeps open for its whole life (on the driver's
+``direct_url`` when it has one): the server frees the lock the moment that connection dies (the
+process was killed, the host is gone, the network cut it), with no timer involved. Any other
+session can tell by looking for the key in ``pg_locks``.
+
+Behind a transaction-mode pooler a "session" is not one: the lock stays on whichever server
+connection ran the statement, which the pooler hands to others and may close at any time. Each
+beat checks that it runs on the server process that took the lock; once it does not, the row is
+unpinned (``backend_pid`` NULL), one ``X_DB_SESSION_POOLED`` line says what to set, and nobody
+rescues that worker (its jobs come back at their visibility lapse): an unknown is never "dead".
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -26,19 +34,23 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresWorkerRegistry"]
 
+_log = logging.getLogger("ultimat3.drivers.postgres.driver")
+
 #: How long register() waits for a key that a rescuer's probe holds for an instant.
 _REGISTER_PATIENCE = 2.0
 
 
 class _Held:
-    """One registered worker of this process: its info and its liveness connection."""
+    """One registered worker of this process: its info, its liveness connection, and the server
+    process that took its lock (``None`` once a pooler was seen under that connection)."""
 
-    __slots__ = ("conn", "info", "lock")
+    __slots__ = ("backend", "conn", "info", "lock")
 
-    def __init__(self, info: WorkerInfo, conn: Conn) -> None:
+    def __init__(self, info: WorkerInfo, conn: Conn, backend: int | None) -> None:
         self.info = info
         self.conn = conn
-        self.lock = threading.Lock()
+        self.backend = backend
+        self.lock = threading.RLock()  # beat -> warn_pooled_session -> unpin_all re-enters it
 
 
 class PostgresWorkerRegistry:
@@ -51,12 +63,13 @@ class PostgresWorkerRegistry:
 
     # -- this process's workers -----------------------------------------------------------------
 
-    def _connect(self, info: WorkerInfo) -> Conn:
-        """A liveness connection holding the worker's lock, its row written through it."""
+    def _connect(self, info: WorkerInfo) -> tuple[Conn, int | None]:
+        """A liveness connection holding the worker's lock, its row written through it; and the
+        server process that holds the lock (``None`` when a pooler is known to be in between)."""
         try:
             conn: Conn = psycopg.connect(
-                self._driver._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                application_name=f"ultimat3 worker {info.id}"[:63],
+                self._driver.session_conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                application_name=f"ultimat3 worker {info.id}"[:63], prepare_threshold=None,
             )
         except psycopg.OperationalError as exc:
             raise DriverError(
@@ -73,24 +86,29 @@ class PostgresWorkerRegistry:
                 if time.monotonic() >= deadline:
                     raise id_taken(info.id)
                 time.sleep(0.02)
-            self._upsert(conn, info)
+            backend: int | None = int(row[1])
+            if self._driver.pooled_sessions:
+                backend = None  # a pooler is known to be in between: the lock proves nothing
+            self._upsert(conn, info, backend)
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, backend
 
-    def _upsert(self, conn: Conn, info: WorkerInfo) -> None:
+    def _upsert(self, conn: Conn, info: WorkerInfo, backend: int | None) -> None:
         conn.execute(_Q["worker_upsert"], {
             "id": info.id, "host": info.host, "pid": info.pid, "concurrency": info.concurrency,
             "queues": None if info.queues is None else list(info.queues),
-            "now": to_datetime(self._driver.clock.now()),
+            "now": to_datetime(self._driver.clock.now()), "backend": backend,
         })
 
     def register(self, info: WorkerInfo) -> None:
         """Open the worker's liveness connection, take its lock, write its row."""
-        conn = self._connect(info)
+        conn, backend = self._connect(info)
+        if backend is None:
+            self._driver.warn_pooled_session()
         with self._lock:
-            self._held[info.id] = _Held(info, conn)
+            self._held[info.id] = _Held(info, conn, backend)
 
     def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
         """Refresh the row through the liveness connection (which proves it alive); when that
@@ -103,15 +121,21 @@ class PostgresWorkerRegistry:
         with held.lock:
             try:
                 params["now"] = to_datetime(self._driver.clock.now())
-                if held.conn.execute(_Q["worker_beat"], params).rowcount == 1:
+                row = held.conn.execute(_Q["worker_beat"], params).fetchone()
+                if row is not None:
+                    if held.backend is not None and int(row[0]) != held.backend:
+                        # Not the server process that took the lock: a pooler is in between.
+                        held.backend = None
+                        held.conn.execute(_Q["worker_unpin"], {"id": worker_id})
+                        self._driver.warn_pooled_session()
                     return True
-                self._upsert(held.conn, held.info)  # a rescue removed the row: we are back
+                self._upsert(held.conn, held.info, held.backend)  # a rescue removed the row: we are back
             except psycopg.OperationalError:
                 if not held.conn.closed:
                     raise
                 # The session died, and the lock with it: take both again (our jobs, if another
                 # worker rescued them meanwhile, are fenced away from us already).
-                held.conn = self._connect(held.info)
+                held.conn, held.backend = self._connect(held.info)
             params["now"] = to_datetime(self._driver.clock.now())
             held.conn.execute(_Q["worker_beat"], params)
             return False
@@ -139,6 +163,21 @@ class PostgresWorkerRegistry:
             with held.lock:
                 held.conn.close()
 
+    def unpin_all(self) -> None:
+        """A pooler was found in front of our sessions: no lock of ours proves anything any more,
+        so every worker of this process is marked so (nobody will rescue it on a free key)."""
+        with self._lock:
+            held_all = list(self._held.items())
+        for worker_id, held in held_all:
+            with held.lock:
+                if held.backend is None:
+                    continue
+                held.backend = None
+                try:
+                    held.conn.execute(_Q["worker_unpin"], {"id": worker_id})
+                except psycopg.Error as exc:  # the next beat re-registers it unpinned
+                    _log.debug("could not unpin worker %s: %s", worker_id, exc)
+
     def close(self) -> None:
         """The driver is closing: every liveness connection it holds closes too."""
         with self._lock:
@@ -149,34 +188,36 @@ class PostgresWorkerRegistry:
     # -- the fleet ------------------------------------------------------------------------------
 
     def list(self) -> list[WorkerRecord]:
-        """Every registered worker by id, probed in a transaction that is rolled back."""
+        """Every registered worker by id, with what ``pg_locks`` says of its session."""
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], dict[str, list[str]]]:
             running: dict[str, list[str]] = {}
-            with conn.transaction(force_rollback=True):
-                rows = _rows(conn).execute(_Q["worker_list"]).fetchall()
-                for claimed_by, job_id in _tuples(conn).execute(_Q["worker_running"]).fetchall():
-                    running.setdefault(claimed_by, []).append(job_id)
+            rows = _rows(conn).execute(_Q["worker_list"]).fetchall()
+            for claimed_by, job_id in _tuples(conn).execute(_Q["worker_running"]).fetchall():
+                running.setdefault(claimed_by, []).append(job_id)
             return rows, running
 
         rows, running = self._driver._db.run(op)
         records = []
         for row in rows:
-            free = bool(row["free"])
+            if row["backend_pid"] is None:
+                alive, why = True, ("liveness unknown: its session goes through a connection pooler"
+                                    " (set X_DATABASE_DIRECT_URL); left to the visibility timeout")
+            elif row["held"]:
+                alive, why = True, "its database session holds its advisory lock"
+            else:
+                alive, why = False, "its database session is gone: nobody holds its advisory lock"
             records.append(WorkerRecord(
                 id=row["id"], host=row["host"], pid=row["pid"], concurrency=row["concurrency"],
                 queues=None if row["queues"] is None else tuple(row["queues"]),
-                started_at=row["started_at"], last_seen_at=row["last_seen_at"],
-                alive=not free,
-                why=("its database session is gone: its advisory lock is free" if free
-                     else "its database session holds its advisory lock"),
+                started_at=row["started_at"], last_seen_at=row["last_seen_at"], alive=alive, why=why,
                 running=tuple(running.get(row["id"], [])), clock_offset=row["clock_offset"],
             ))
         return records
 
     def rescue(self, worker_id: str) -> builtins.list[RescuedJob]:
-        """One transaction: find workers whose lock is free (keeping their keys locked to the end),
-        put their running jobs back to ready, remove their rows, NOTIFY the queues."""
+        """One transaction: find workers pinned to a real session whose key nobody holds (taking
+        the keys to the end), put their running jobs back to ready, remove their rows, NOTIFY."""
         now = to_datetime(self._driver.clock.now())
 
         def op(conn: Conn, _: bool) -> list[RescuedJob]:

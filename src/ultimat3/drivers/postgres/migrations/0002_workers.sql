@@ -1,7 +1,9 @@
 -- The worker registry: one row per running worker process, removed on clean shutdown or by the
 -- rescue that finds it dead. Liveness is NOT in this table: each worker holds a session-level
--- advisory lock (hashtextextended('ultimat3:worker:' || id, 0)) on a connection it keeps open, and
--- the server frees it the moment that connection dies. queues is NULL for every queue.
+-- advisory lock (see `worker_lock` in queries.sql) on a connection it keeps open, and the server
+-- frees it the moment that connection dies. backend_pid is the server process of that session,
+-- NULL when the session turned out to go through a transaction-mode pooler (then nobody can tell
+-- whether the worker lives, and nobody rescues it). queues is NULL for every queue.
 
 CREATE TABLE IF NOT EXISTS x_workers (
     id            text COLLATE "C" PRIMARY KEY,
@@ -11,5 +13,6 @@ CREATE TABLE IF NOT EXISTS x_workers (
     queues        text[],
     started_at    timestamptz NOT NULL,
     last_seen_at  timestamptz NOT NULL,
-    clock_offset  double precision
+    clock_offset  double precision,
+    backend_pid   integer
 );
