@@ -219,7 +219,7 @@ def test_real_process_errors(args: tuple[str, ...], env: dict[str, str], code: s
 
 
 WORKER_KEYS = {"id", "host", "pid", "concurrency", "queues", "started_at", "last_seen_at", "last_seen_seconds_ago",
-               "alive", "why", "running", "clock_offset"}
+               "alive", "why", "running", "clock_offset", "wakeups"}
 
 
 def test_workers_ls_shows_the_registry_and_who_is_dead(x: X, database: str) -> None:
@@ -231,7 +231,7 @@ def test_workers_ls_shows_the_registry_and_who_is_dead(x: X, database: str) -> N
     driver = create_driver(database)
     try:
         driver.workers.register(WorkerInfo(id="live-1", host="web-7", pid=4242, concurrency=5, queues=("default",)))
-        driver.workers.beat("live-1", clock_offset=0.25)
+        driver.workers.beat("live-1", clock_offset=0.25, wakeups="notify")
         driver.workers.register(WorkerInfo(id="gone-2", host="web-8", pid=4343, concurrency=2))
         driver.claim(ClaimRequest(worker_id="live-1"))
         driver.workers.abandon("gone-2")  # its process "died"
@@ -241,6 +241,7 @@ def test_workers_ls_shows_the_registry_and_who_is_dead(x: X, database: str) -> N
         gone, live = listed
         assert live["alive"] is True and live["running"] == [job_id] and live["queues"] == ["default"]
         assert live["clock_offset"] == 0.25 and live["host"] == "web-7" and live["pid"] == 4242
+        assert live["wakeups"] == "notify"
         assert gone["alive"] is False and gone["why"] and gone["queues"] is None
         table = x("workers", "ls").stdout
         assert "live-1" in table and "alive" in table and "presumed dead" in table and "+0.250s" in table

@@ -63,9 +63,24 @@ def test_the_plain_url_works_and_says_once_that_a_pooler_is_there(urls: tuple[st
                 assert all(driver.ack_many([Ack(c.job.id, c.claim_token) for c in claimed[2:]]))
                 lease = driver.leases.acquire(f"k{round_}", "me", 1, 30)
                 assert lease is not None and driver.leases.release(lease)
-                assert driver.introspect.stats()
+                assert driver.introspect.stats() and driver.introspect.waiting_names() is not None
+                # Operator actions, the ledger, steps and the registry, on the same footing.
+                record = driver.cancel(claimed[1].job.id, "cancelled through the pooler")
+                assert record is not None and record.state == "cancelled"
+                assert driver.retry(claimed[1].job.id) is not None
+                assert driver.steps.load(claimed[0].job.run_id)
+                run = driver.backfills.start(f"run-{round_}", "bf", "sum", None)
+                driver.backfills.progress(run.run_id, 1, 10)
+                driver.backfills.finish(run.run_id, "completed")
+                assert driver.backfills.get(run.run_id) is not None and driver.backfills.list("bf")
+                assert driver.backfills.last_completed("bf") is not None
+                assert driver.introspect.get(claimed[0].job.id) is not None
+                assert driver.migrations.is_applied("x:0001_init") and driver.migrations.applied()
+                driver.workers.list()
+                driver.workers.rescue("nobody")
                 busy.close()
         assert sum(job.state == "done" for job in driver.introspect.list()) >= 12 * 3
+        assert driver.prune(0) >= 12 * 3
         coded = [r.getMessage() for r in caplog.records if "X_DB_POOLER" in r.getMessage()]
         assert len(coded) == 1, coded
         assert "Traceback" not in caplog.text

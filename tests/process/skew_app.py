@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=6.0)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--poll", type=float, default=0.1)
+    parser.add_argument("--direct-url", default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         await asyncio.to_thread(mark, args.url, "end", args.name, job_id)
 
     handle = job(name="skew.hold", tenant="none", input=Hold)(hold)
-    driver = create_driver(args.url, migrate=False)
+    driver = create_driver(args.url, migrate=False, direct_url=args.direct_url)
     try:
         offset = getattr(driver, "clock_offset", lambda: None)()
         print(f"{args.name}: host clock minus server clock = {offset}", file=sys.stderr, flush=True)
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.enqueue):
                 handle.enqueue(Hold(seconds=args.hold), driver=driver)
         worker = Worker(driver, concurrency=8, visibility_timeout=4.0, heartbeat_interval=1.0,
-                        poll_interval=0.1, grace_period=1.0, worker_id=args.name, environment="test")
+                        poll_interval=args.poll, grace_period=1.0, worker_id=args.name, environment="test")
         mark(args.url, "ready", args.name)
         worker.run_forever()
         return 0

@@ -21,7 +21,7 @@ def worker_json(worker: WorkerRecord, now: float) -> dict[str, Any]:
         "started_at": iso(worker.started_at), "last_seen_at": iso(worker.last_seen_at),
         "last_seen_seconds_ago": round(max(0.0, now - worker.last_seen_at.timestamp()), 3),
         "alive": worker.alive, "why": worker.why, "running": list(worker.running),
-        "clock_offset": worker.clock_offset,
+        "clock_offset": worker.clock_offset, "wakeups": worker.wakeups,
     }
 
 
@@ -40,7 +40,8 @@ def _offset(value: float | None) -> str:
 def workers_table(workers: list[WorkerRecord], now: float) -> Table:
     """``x workers ls``."""
     table = Table(header_style="bold")
-    for column in ("id", "host", "pid", "queues", "slots", "started", "last seen", "running", "clock", "status"):
+    for column in ("id", "host", "pid", "queues", "slots", "started", "last seen", "running", "clock", "wake-ups",
+                   "status"):
         table.add_column(column, no_wrap=column in ("id", "started"), overflow="fold")
     for w in workers:
         running = f"{len(w.running)}" + (f": {', '.join(w.running[:3])}{' …' if len(w.running) > 3 else ''}"
@@ -49,7 +50,7 @@ def workers_table(workers: list[WorkerRecord], now: float) -> Table:
         table.add_row(
             cell(w.id), cell(w.host), str(w.pid), cell(",".join(w.queues) if w.queues else "(every queue)"),
             str(w.concurrency), short_time(w.started_at), _ago(max(0.0, now - w.last_seen_at.timestamp())),
-            cell(running), _offset(w.clock_offset), status,
+            cell(running), _offset(w.clock_offset), cell(w.wakeups or ""), status,
         )
     return table
 

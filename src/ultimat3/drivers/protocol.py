@@ -228,6 +228,7 @@ class WorkerRecord:
     OS releases when the process dies), never a timer; ``why`` says how it was decided.
     ``running`` are the ids of the jobs it holds claims on. ``clock_offset``: the worker host's
     wall clock minus the database's, as the worker last measured it (``None``: not measured).
+    ``wakeups``: how it learns of new jobs (``notify``, or ``polling (why)``), as it last said.
     """
 
     id: str
@@ -241,6 +242,7 @@ class WorkerRecord:
     why: str
     running: tuple[str, ...] = ()
     clock_offset: float | None = None
+    wakeups: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,9 +369,10 @@ class WorkerRegistry(Protocol):
         ``X_WORKER_ID_TAKEN`` when a live worker already holds the id."""
         ...
 
-    def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
-        """Record that the worker is here now; re-take its signal and row when they were lost
-        (a dropped connection, a rescue that took it for dead). ``False`` when it had to re-register."""
+    def beat(self, worker_id: str, clock_offset: float | None = None, wakeups: str | None = None) -> bool:
+        """Record that the worker is here now (with its clock offset and how it is woken); re-take
+        its signal and row when they were lost (a dropped connection, a rescue that took it for
+        dead). ``False`` when it had to re-register."""
         ...
 
     def unregister(self, worker_id: str) -> None:

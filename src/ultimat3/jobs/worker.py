@@ -29,6 +29,8 @@ log = logging.getLogger("ultimat3.worker")
 _throttled = ThrottledLog(log)
 #: At most this many acks share one commit.
 MAX_ACK_BATCH = 100
+#: Poll interval while a driver that should be woken by NOTIFY is not (a transaction-mode pooler).
+POLL_FLOOR = 0.25
 T = TypeVar("T")
 
 
@@ -320,6 +322,24 @@ class Worker:
         measure = getattr(self.driver, "clock_offset", None)
         return measure() if callable(measure) else None
 
+    def wakeups(self) -> str:
+        """How this worker learns of new jobs: ``notify``, ``in-process``, or ``polling (why)``."""
+        report = getattr(self.driver, "wakeups", None)
+        if callable(report):
+            return str(report())
+        if self.driver.supports_listen_notify:
+            return "notify"
+        if self.driver.name == "memory":
+            return "in-process"
+        return (f"polling every {self.poll_interval:g}s (other processes' enqueues are not announced on"
+                f" {self.driver.name})")
+
+    def _poll_timeout(self) -> float:
+        # A driver that should be woken by NOTIFY but is not: poll at the floor until it is again.
+        if self.driver.supports_listen_notify and self.wakeups().startswith("polling"):
+            return min(self.poll_interval, POLL_FLOOR)
+        return self.poll_interval
+
     async def _register(self) -> None:
         try:
             await self._io(self.driver.workers.register, self.info())
@@ -344,7 +364,7 @@ class Worker:
                     if not self._registered:
                         continue
                 else:
-                    await self._io(self.driver.workers.beat, self.worker_id, self._clock_offset())
+                    await self._io(self.driver.workers.beat, self.worker_id, self._clock_offset(), self.wakeups())
                 rescued = await self._io(self.driver.workers.rescue, self.worker_id)
             except Exception as error:
                 _throttled.warning("liveness", "worker liveness probe failed (%s); will retry",
@@ -437,7 +457,7 @@ class Worker:
                 if free > 0 and len(claimed) == free:
                     continue  # more may be waiting: claim again at once
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._poll_timeout())
             await self._shutdown()
         finally:
             beats.cancel()

@@ -166,6 +166,7 @@ class _Worker:
     started_at: float
     last_seen_at: float
     clock_offset: float | None = None
+    wakeups: str | None = None
     alive: bool = True
 
 

@@ -32,13 +32,14 @@ class MemoryWorkerRegistry:
             )
             self._mine[info.id] = info
 
-    def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
+    def beat(self, worker_id: str, clock_offset: float | None = None, wakeups: str | None = None) -> bool:
         """Record the worker as seen now; re-register it when its row or flag was lost."""
         with self._store.lock:
             row = self._store.workers.get(worker_id)
             if row is not None and row.alive and worker_id in self._mine:
                 row.last_seen_at = self._store.clock.now()
                 row.clock_offset = clock_offset
+                row.wakeups = wakeups
                 return True
         info = self._mine.get(worker_id)
         if info is None:
@@ -46,6 +47,7 @@ class MemoryWorkerRegistry:
         self.register(info)
         with self._store.lock:
             self._store.workers[worker_id].clock_offset = clock_offset
+            self._store.workers[worker_id].wakeups = wakeups
         return False
 
     def unregister(self, worker_id: str) -> None:
@@ -76,6 +78,7 @@ class MemoryWorkerRegistry:
                     alive=row.alive,
                     why="registered in this process" if row.alive else "its process let go of it",
                     running=tuple(sorted(running.get(row.id, []))), clock_offset=row.clock_offset,
+                    wakeups=row.wakeups,
                 )
                 for row in sorted(self._store.workers.values(), key=lambda r: r.id)
             ]

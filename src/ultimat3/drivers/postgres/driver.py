@@ -612,7 +612,8 @@ class PostgresDriver:
             self._subscribers.append(callback)
             listener = self._listener
             if listener is None:
-                listener = self._listener = Listener(self.session_conninfo, self.channel, self._dispatch)
+                listener = self._listener = Listener(self.session_conninfo, self.channel, self._dispatch,
+                                                     probe=self._notify_probe)
                 listener.start()
         if not listener.wait_listening(_LISTEN_READY_TIMEOUT):
             _log.warning("LISTEN %s not in effect yet; wake-ups from other processes start once it is", self.channel)
@@ -623,6 +624,21 @@ class PostgresDriver:
                     self._subscribers.remove(callback)
 
         return unsubscribe
+
+    def _notify_probe(self, channel: str, payload: str) -> None:
+        """A NOTIFY from a pooled session (another session than the listener's)."""
+        self._db.run(lambda conn, _: conn.execute(_Q["notify"], {"channel": channel, "queues": [payload]}))
+
+    def wakeups(self) -> str:
+        """How this driver's subscribers learn of new jobs: ``notify``, or ``polling (why)``."""
+        listener = self._listener
+        if listener is None:
+            return "polling (nothing subscribed)"
+        if listener.hears is None:
+            return "notify (not proven yet)" if listener.listening else "polling (LISTEN not in effect yet)"
+        if listener.hears:
+            return "notify"
+        return "polling (NOTIFY does not arrive: a transaction-mode pooler? set X_DATABASE_DIRECT_URL)"
 
     @property
     def listener(self) -> Listener | None:

@@ -9,6 +9,13 @@ A LISTEN is only as good as its connection: a server restart or ``pg_terminate_b
 and every notification sent meanwhile is lost. So on any error the listener reconnects with a
 capped exponential backoff and, once listening again, dispatches ``"*"`` ("something may have
 changed on any queue") so workers re-poll for whatever they missed.
+
+A LISTEN can also be in effect and hear nothing: behind a transaction-mode pooler the session that
+ran it belongs to other clients a moment later. So once listening (and after every reconnect) the
+listener proves it hears: ``probe`` sends a NOTIFY of a fresh token from another session, which
+must arrive within ``probe_timeout``. When it does not, one coded ``X_DB_NOTIFY_LOST`` line says
+why and what to set, :attr:`hears` turns false (workers poll at their floor meanwhile), and the
+probe is repeated every ``reprobe_interval`` until notifications arrive again.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ class Listener:
         initial_backoff: float = 0.05,
         max_backoff: float = 5.0,
         connect_kwargs: dict[str, Any] | None = None,
+        probe: Callable[[str, str], None] | None = None,
+        probe_timeout: float = 1.0,
+        reprobe_interval: float = 30.0,
     ) -> None:
         self.conninfo = conninfo
         self.channel = channel
@@ -85,6 +95,12 @@ class Listener:
         self._backend_pid: int | None = None
         #: How many times a connection was established and LISTEN issued (1 = never reconnected).
         self.connections = 0
+        self._probe = probe
+        self._probe_timeout = probe_timeout
+        self._reprobe_interval = reprobe_interval
+        #: ``None`` until the first probe settles; then whether a NOTIFY from another session arrived.
+        self.hears: bool | None = None
+        self._heard = threading.Event()
 
     @property
     def backend_pid(self) -> int | None:
@@ -104,6 +120,11 @@ class Listener:
                 return
             self._thread = threading.Thread(target=self._run, name=f"ultimat3-listen-{self.channel}", daemon=True)
             self._thread.start()
+
+    def wait_probed(self, timeout: float) -> bool | None:
+        """Block until the first probe settled (or ``timeout``); returns :attr:`hears`."""
+        self._heard.wait(timeout)
+        return self.hears
 
     def wait_listening(self, timeout: float) -> bool:
         """Block until LISTEN is in effect (``False`` when ``timeout`` real seconds pass first)."""
@@ -155,18 +176,59 @@ class Listener:
             if missed:
                 self._safe_dispatch(WAKE_ALL)
             last_seen = time.monotonic()
+            token, deadline = self._send_probe()
             while not self._stop.is_set():
-                for notify in conn.notifies(timeout=self._poll_interval):
+                wait = self._poll_interval if deadline is None else max(0.01, min(
+                    self._poll_interval, deadline - time.monotonic()))
+                for notify in conn.notifies(timeout=wait):
                     last_seen = time.monotonic()
                     if notify.channel == self.wake_channel:
                         if self._stop.is_set():
                             return
+                        if token is not None and notify.payload == token:
+                            self._settle_probe(True)
+                            token, deadline = None, None
                         continue
                     self._safe_dispatch(notify.payload)
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    if token is not None:  # the probe never arrived
+                        self._settle_probe(False)
+                        token, deadline = None, now + self._reprobe_interval
+                    else:  # time to try again
+                        token, deadline = self._send_probe()
                 if time.monotonic() - last_seen >= self._ping_interval:
                     # A quiet channel and a dead connection look alike; a round trip tells them apart.
                     conn.execute("SELECT 1")
                     last_seen = time.monotonic()
+
+    def _send_probe(self) -> tuple[str | None, float | None]:
+        """NOTIFY a fresh token on the private channel from another session; (token, deadline)."""
+        if self._probe is None:
+            return None, None
+        token = "probe:" + uuid.uuid4().hex
+        try:
+            self._probe(self.wake_channel, token)
+        except Exception as exc:  # cannot send: try again later, judge nothing
+            _log.debug("NOTIFY probe could not be sent: %s", exc)
+            return None, time.monotonic() + self._reprobe_interval
+        return token, time.monotonic() + self._probe_timeout
+
+    def _settle_probe(self, heard: bool) -> None:
+        was = self.hears
+        self.hears = heard
+        self._heard.set()
+        if heard and was is False:
+            _log.warning("wake-ups from other processes work again on %s (LISTEN hears NOTIFY)", self.channel)
+        elif not heard and was is not False:
+            _log.warning(
+                "X_DB_NOTIFY_LOST: LISTEN %s is in effect but a NOTIFY from another session did not arrive"
+                " within %.1fs; the likely cause is a transaction-mode connection pooler (PgBouncer, Supavisor,"
+                " RDS Proxy) between this process and PostgreSQL. Workers poll instead, so jobs start later"
+                " (hint: set X_DATABASE_DIRECT_URL, or direct_url=, to a connection that bypasses the pooler,"
+                " or use the pooler's session mode)", self.channel, self._probe_timeout,
+                extra={"code": "X_DB_NOTIFY_LOST"},
+            )
 
     def _safe_dispatch(self, queue: str) -> None:
         try:

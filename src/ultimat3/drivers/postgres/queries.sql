@@ -459,7 +459,8 @@ SET host = EXCLUDED.host, pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency
 
 -- name: worker_beat
 -- Through the liveness connection itself; the backend it ran on proves the session is still ours.
-UPDATE x_workers SET last_seen_at = %(now)s, clock_offset = %(clock_offset)s WHERE id = %(id)s
+UPDATE x_workers SET last_seen_at = %(now)s, clock_offset = %(clock_offset)s, wakeups = %(wakeups)s
+WHERE id = %(id)s
 RETURNING pg_backend_pid()
 
 -- name: worker_unpin

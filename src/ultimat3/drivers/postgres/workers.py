@@ -110,14 +110,14 @@ class PostgresWorkerRegistry:
         with self._lock:
             self._held[info.id] = _Held(info, conn, backend)
 
-    def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
+    def beat(self, worker_id: str, clock_offset: float | None = None, wakeups: str | None = None) -> bool:
         """Refresh the row through the liveness connection (which proves it alive); when that
         connection died or the row was removed, reconnect, re-lock and rewrite it."""
         with self._lock:
             held = self._held.get(worker_id)
         if held is None:
             raise unknown_worker(worker_id)
-        params: dict[str, object] = {"id": worker_id, "clock_offset": clock_offset}
+        params: dict[str, object] = {"id": worker_id, "clock_offset": clock_offset, "wakeups": wakeups}
         with held.lock:
             try:
                 params["now"] = to_datetime(self._driver.clock.now())
@@ -212,6 +212,7 @@ class PostgresWorkerRegistry:
                 queues=None if row["queues"] is None else tuple(row["queues"]),
                 started_at=row["started_at"], last_seen_at=row["last_seen_at"], alive=alive, why=why,
                 running=tuple(running.get(row["id"], [])), clock_offset=row["clock_offset"],
+                wakeups=row["wakeups"],
             ))
         return records
 

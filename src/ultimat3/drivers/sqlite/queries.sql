@@ -275,7 +275,7 @@ SET host = excluded.host, pid = excluded.pid, concurrency = excluded.concurrency
     queues = excluded.queues, last_seen_at = excluded.last_seen_at;
 
 -- name: worker_beat
-UPDATE x_workers SET last_seen_at = :now, clock_offset = :clock_offset WHERE id = :id;
+UPDATE x_workers SET last_seen_at = :now, clock_offset = :clock_offset, wakeups = :wakeups WHERE id = :id;
 
 -- name: worker_delete
 DELETE FROM x_workers WHERE id = :id;

@@ -38,5 +38,5 @@ CREATE TABLE x_leases ( key TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NO
 CREATE TABLE x_migrations ( id TEXT PRIMARY KEY, applied_at REAL NOT NULL, -- "Oldest first" is application order, even when the clock did not move between two. seq INTEGER NOT NULL );
 
 -- table x_workers
-CREATE TABLE x_workers ( id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, concurrency INTEGER NOT NULL, queues TEXT, started_at REAL NOT NULL, last_seen_at REAL NOT NULL, clock_offset REAL );
+CREATE TABLE x_workers ( id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, concurrency INTEGER NOT NULL, queues TEXT, started_at REAL NOT NULL, last_seen_at REAL NOT NULL, clock_offset REAL, wakeups TEXT );
 

@@ -118,13 +118,13 @@ class SqliteWorkerRegistry:
         if fd >= 0:
             os.close(fd)  # closing the file description frees its flock
 
-    def beat(self, worker_id: str, clock_offset: float | None = None) -> bool:
+    def beat(self, worker_id: str, clock_offset: float | None = None, wakeups: str | None = None) -> bool:
         """Record the worker as seen now; rewrite its row when a rescue removed it."""
         with self._lock:
             held = self._held.get(worker_id)
         if held is None:
             raise unknown_worker(worker_id)
-        params = {"id": worker_id, "clock_offset": clock_offset}
+        params = {"id": worker_id, "clock_offset": clock_offset, "wakeups": wakeups}
 
         def run(conn: sqlite3.Connection, now: float) -> int:
             return conn.execute(QUERIES["worker_beat"], {**params, "now": now}).rowcount
@@ -189,6 +189,7 @@ class SqliteWorkerRegistry:
                 queues=None if row["queues"] is None else tuple(json.loads(row["queues"])),
                 started_at=to_datetime(row["started_at"]), last_seen_at=to_datetime(row["last_seen_at"]),
                 alive=alive, why=why, running=tuple(running.get(row["id"], [])), clock_offset=row["clock_offset"],
+                wakeups=row["wakeups"],
             ))
         return records
 

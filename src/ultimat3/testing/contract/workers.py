@@ -43,18 +43,19 @@ def test_a_registered_worker_is_listed_alive(driver: JobDriver, clock: ManualClo
     assert record.queues == ("billing", "mail")
     assert record.alive and record.why
     assert record.started_at == record.last_seen_at == at(clock.now())
-    assert record.running == () and record.clock_offset is None
+    assert record.running == () and record.clock_offset is None and record.wakeups is None
 
 
 def test_beat_records_the_time_and_the_clock_offset(driver: JobDriver, clock: ManualClock,
                                                     registered: list[str]) -> None:
     _register(driver, registered, "w1")
     clock.advance(5)
-    assert driver.workers.beat("w1", clock_offset=-1.5) is True
+    assert driver.workers.beat("w1", clock_offset=-1.5, wakeups="notify") is True
     [record] = driver.workers.list()
     assert record.last_seen_at == at(clock.now())
     assert record.started_at == at(clock.now() - 5)
     assert record.clock_offset == -1.5
+    assert record.wakeups == "notify"
 
 
 def test_list_shows_what_each_worker_runs(driver: JobDriver, registered: list[str]) -> None:

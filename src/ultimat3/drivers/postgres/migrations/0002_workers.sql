@@ -14,5 +14,6 @@ CREATE TABLE IF NOT EXISTS x_workers (
     started_at    timestamptz NOT NULL,
     last_seen_at  timestamptz NOT NULL,
     clock_offset  double precision,
+    wakeups       text,
     backend_pid   integer
 );

@@ -11,5 +11,6 @@ CREATE TABLE IF NOT EXISTS x_workers (
     queues        TEXT,
     started_at    REAL NOT NULL,
     last_seen_at  REAL NOT NULL,
-    clock_offset  REAL
+    clock_offset  REAL,
+    wakeups       TEXT
 );
