@@ -95,7 +95,7 @@ def measure(url: str, liveness: float, jobs: int, folder: Path) -> list[float]:
         driver.enqueue_many([EnqueueRequest(name="bench.hold", payload={}) for _ in range(jobs)])
         _wait(lambda: len(_lines(marks_a)) >= jobs, 30, "A to start every job")
         spawn(f"B-{run}", False, marks_b)
-        time.sleep(1.5)  # B registered and probing: the steady state a fleet is in
+        time.sleep(3.5)  # B registered, its session older than the 3 s settle: the steady state of a fleet
         killed = time.time()
         os.kill(a.pid, signal.SIGKILL)
         a.wait()

@@ -550,3 +550,36 @@ def test_an_injected_clock_is_used_as_it_is(make_driver: Callable[..., PostgresD
     clock = ManualClock()
     driver = make_driver(clock=clock)
     assert driver.clock is clock and driver.clock_offset() is None
+
+
+def test_after_a_server_restart_nobody_is_rescued_until_sessions_settle(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    from ultimat3.drivers.protocol import WorkerInfo
+
+    a, b = make_driver(), make_driver()
+    b.workers.settle = 0.5
+    a.workers.register(WorkerInfo(id="A", host="h", pid=1, concurrency=1))
+    b.workers.register(WorkerInfo(id="B", host="h", pid=2, concurrency=1))
+    a.enqueue(EnqueueRequest(name="task", payload={}))
+    [held] = a.claim(ClaimRequest(worker_id="A"))
+    time.sleep(0.6)  # B's session is older than the settling time
+
+    # A restart, as the sessions see it: every liveness session dies at once, every key is free.
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name IN ('ultimat3 worker A', 'ultimat3 worker B')")
+    # Judged from B's own (dead) session: an error, never "A is dead".
+    with pytest.raises(DriverError) as caught:
+        b.workers.rescue("B")
+    assert caught.value.code == "X_DATABASE_UNREACHABLE"
+    assert b.workers.beat("B") is False  # reconnected, key and row taken again
+    assert b.workers.rescue("B") == []  # a young session judges nobody, though A's key is free
+    assert a.workers.beat("A") is False  # A is back within its next beat
+    time.sleep(0.6)
+    assert b.workers.rescue("B") == []  # settled, and A holds its key: alive
+    job = a.introspect.get(held.job.id)
+    assert job is not None and job.state == "running" and a.heartbeat(held.job.id, held.claim_token, 30)
+
+    a.workers.abandon("A")  # a real death is still found, at once
+    assert [r.worker_id for r in b.workers.rescue("B")] == ["A"]

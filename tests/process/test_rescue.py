@@ -42,6 +42,10 @@ def test_a_killed_workers_jobs_start_again_within_two_seconds(backend: Backend) 
         wait_for(lambda: {w.id for w in backend.driver.workers.list()} == {"A", "B"}, timeout=30,
                  message="both workers to register", on_fail=fleet.logs)
         assert all(w.alive for w in backend.driver.workers.list())
+        if backend.kind == "postgres":
+            # A fleet in its steady state: B's liveness session is older than the settling time
+            # (a session younger than that rescues nobody, for the sake of server restarts).
+            wait_for(lambda: _session_age(backend.url, "B") > 3.2, timeout=30, message="B's session to settle")
 
         killed_at = time.time()
         fleet.kill("A")
@@ -64,6 +68,16 @@ def test_a_killed_workers_jobs_start_again_within_two_seconds(backend: Backend) 
     print(f"[rescue {backend.kind}] restart after SIGKILL: {[round(d, 3) for d in delays]}s "
           f"(bound {RESCUE_BOUND}s, visibility 30s)")
     assert max(delays) < RESCUE_BOUND, delays
+
+
+def _session_age(url: str, worker_id: str) -> float:
+    """Seconds since worker ``worker_id``'s liveness session began, by the server (0 when absent)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT extract(epoch FROM now() - backend_start)::float8 FROM pg_stat_activity"
+                           " WHERE application_name = %s", (f"ultimat3 worker {worker_id}",)).fetchone()
+    return 0.0 if row is None else float(row[0])
 
 
 def test_a_frozen_worker_is_not_rescued_early_and_cannot_settle_after(backend: Backend, tmp_path: Path) -> None:

@@ -44,20 +44,34 @@ class _Held:
     """One registered worker of this process: its info, its liveness connection, and the server
     process that took its lock (``None`` once a pooler was seen under that connection)."""
 
-    __slots__ = ("backend", "conn", "info", "lock")
+    __slots__ = ("backend", "conn", "info", "lock", "since")
 
     def __init__(self, info: WorkerInfo, conn: Conn, backend: int | None) -> None:
         self.info = info
-        self.conn = conn
         self.backend = backend
         self.lock = threading.RLock()  # beat -> warn_pooled_session -> unpin_all re-enters it
+        self.conn = conn
+        #: When this session began (monotonic): a young session does not judge others yet.
+        self.since = time.monotonic()
+
+    def reconnected(self, conn: Conn, backend: int | None) -> None:
+        """A new session replaced a lost one."""
+        self.conn, self.backend, self.since = conn, backend, time.monotonic()
 
 
 class PostgresWorkerRegistry:
-    """:class:`~ultimat3.drivers.protocol.WorkerRegistry` over ``x_workers`` and advisory locks."""
+    """:class:`~ultimat3.drivers.protocol.WorkerRegistry` over ``x_workers`` and advisory locks.
 
-    def __init__(self, driver: PostgresDriver) -> None:
+    ``settle``: a worker whose own liveness session is younger than this many seconds rescues
+    nobody. When the server restarts, every session dies at once and every key is free for a
+    moment; the workers that reconnect first must not take the others' jobs before those have
+    reconnected too (each does within a beat). A SIGKILLed worker is found by workers whose
+    sessions are old, at once.
+    """
+
+    def __init__(self, driver: PostgresDriver, settle: float = 3.0) -> None:
         self._driver = driver
+        self.settle = settle
         self._lock = threading.Lock()
         self._held: dict[str, _Held] = {}
 
@@ -135,7 +149,7 @@ class PostgresWorkerRegistry:
                     raise
                 # The session died, and the lock with it: take both again (our jobs, if another
                 # worker rescued them meanwhile, are fenced away from us already).
-                held.conn, held.backend = self._connect(held.info)
+                held.reconnected(*self._connect(held.info))
             params["now"] = to_datetime(self._driver.clock.now())
             held.conn.execute(_Q["worker_beat"], params)
             return False
@@ -221,7 +235,7 @@ class PostgresWorkerRegistry:
         the keys to the end), put their running jobs back to ready, remove their rows, NOTIFY."""
         now = to_datetime(self._driver.clock.now())
 
-        def op(conn: Conn, _: bool) -> list[RescuedJob]:
+        def op(conn: Conn, _: bool = False) -> list[RescuedJob]:
             with conn.transaction():
                 cur = _tuples(conn)
                 dead = [row[0] for row in cur.execute(_Q["worker_dead"], {"me": worker_id}).fetchall()]
@@ -233,6 +247,25 @@ class PostgresWorkerRegistry:
                 }).fetchall()
             return [RescuedJob(job_id=row[0], queue=row[1], worker_id=row[2]) for row in rows]
 
-        rescued = self._driver._db.run(op)
+        with self._lock:
+            held = self._held.get(worker_id)
+        if held is None:
+            rescued = self._driver._db.run(op)
+        else:
+            # Judged from the caller's own liveness session: if the server restarted since the
+            # last beat, that session is dead too and this fails instead of finding everyone dead.
+            with held.lock:
+                if time.monotonic() - held.since < self.settle:
+                    return []
+                try:
+                    rescued = op(held.conn)
+                except psycopg.OperationalError as exc:
+                    if not held.conn.closed:
+                        raise
+                    raise DriverError(
+                        f"the liveness session of worker {worker_id!r} was lost: {first_line(exc, type(exc).__name__)}",
+                        "nothing to do: the next beat reconnects, and the rescue waits until sessions settle",
+                        code="X_DATABASE_UNREACHABLE",
+                    ) from exc
         self._driver._wake([r.queue for r in rescued])
         return rescued
