@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
@@ -200,6 +200,14 @@ class PostgresDriver:
             # One clock for the fleet: the server's, measured here and followed between samples.
             try:
                 clock = self._reference = ReferenceClock(self._server_time, on_measure=_warn_skew)
+            except (psycopg.Error, PoolTimeout) as exc:
+                self._pool.close()
+                first = first_line(exc, type(exc).__name__)
+                raise DriverError(
+                    f"PostgreSQL is unreachable: could not read the server's clock: {first}",
+                    "check X_DATABASE_URL and that the server is running",
+                    code="X_DATABASE_UNREACHABLE",
+                ) from exc
             except BaseException:
                 self._pool.close()
                 raise
