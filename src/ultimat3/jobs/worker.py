@@ -331,8 +331,7 @@ class Worker:
             return "notify"
         if self.driver.name == "memory":
             return "in-process"
-        return (f"polling every {self.poll_interval:g}s (other processes' enqueues are not announced on"
-                f" {self.driver.name})")
+        return f"polling every {self.poll_interval:g}s (no NOTIFY on {self.driver.name})"
 
     def _poll_timeout(self) -> float:
         # A driver that should be woken by NOTIFY but is not: poll at the floor until it is again.
