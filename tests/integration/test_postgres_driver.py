@@ -583,3 +583,15 @@ def test_after_a_server_restart_nobody_is_rescued_until_sessions_settle(
 
     a.workers.abandon("A")  # a real death is still found, at once
     assert [r.worker_id for r in b.workers.rescue("B")] == ["A"]
+
+
+def test_statements_are_prepared_only_once_the_listener_proves_real_sessions(
+    make_driver: Callable[..., PostgresDriver],
+) -> None:
+    driver = make_driver()
+    assert not driver._db.prepared  # unknown yet: a transaction-mode pooler may be in between
+    driver.subscribe(lambda queue: None)
+    assert driver.listener is not None and driver.listener.wait_probed(5.0) is True
+    assert driver._db.prepared and driver.wakeups() == "notify"
+    driver.enqueue(EnqueueRequest(name="task", payload={}))
+    assert driver._db.run(lambda conn, _: conn.prepare_threshold) is not None

@@ -190,7 +190,8 @@ class PostgresDriver:
             self._conninfo,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
+            # No named prepared statements until sessions are proven real (see _Database).
+            kwargs={"autocommit": True, "prepare_threshold": None},
             open=True,
             name=f"ultimat3-{channel}",
             timeout=10.0,
@@ -621,7 +622,7 @@ class PostgresDriver:
             listener = self._listener
             if listener is None:
                 listener = self._listener = Listener(self.session_conninfo, self.channel, self._dispatch,
-                                                     probe=self._notify_probe)
+                                                     probe=self._notify_probe, on_probe=self._probed)
                 listener.start()
         if not listener.wait_listening(_LISTEN_READY_TIMEOUT):
             _log.warning("LISTEN %s not in effect yet; wake-ups from other processes start once it is", self.channel)
@@ -632,6 +633,18 @@ class PostgresDriver:
                     self._subscribers.remove(callback)
 
         return unsubscribe
+
+    def _probed(self, heard: bool) -> None:
+        """The listener's verdict on its sessions: real, or (or so it seems) behind a pooler.
+
+        A probe that did not arrive may also be a slow server: liveness is not judged from it
+        (each beat checks its own session, which is conclusive), only preparation turns off."""
+        if not heard:
+            self._db.prepared = False
+        elif self.direct_url is None:
+            # The listener runs on the main URL and its session held: that URL gives real sessions
+            # (a direct connection or a session-mode pooler), so preparing statements is safe.
+            self._db.prepared = True
 
     def _notify_probe(self, channel: str, payload: str) -> None:
         """A NOTIFY from a pooled session (another session than the listener's)."""

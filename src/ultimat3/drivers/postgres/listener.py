@@ -66,6 +66,7 @@ class Listener:
         max_backoff: float = 5.0,
         connect_kwargs: dict[str, Any] | None = None,
         probe: Callable[[str, str], None] | None = None,
+        on_probe: Callable[[bool], None] | None = None,
         probe_timeout: float = 1.0,
         reprobe_interval: float = 30.0,
     ) -> None:
@@ -96,6 +97,7 @@ class Listener:
         #: How many times a connection was established and LISTEN issued (1 = never reconnected).
         self.connections = 0
         self._probe = probe
+        self._on_probe = on_probe
         self._probe_timeout = probe_timeout
         self._reprobe_interval = reprobe_interval
         #: ``None`` until the first probe settles; then whether a NOTIFY from another session arrived.
@@ -218,6 +220,11 @@ class Listener:
         was = self.hears
         self.hears = heard
         self._heard.set()
+        if self._on_probe is not None:
+            try:
+                self._on_probe(heard)
+            except Exception:
+                _log.exception("NOTIFY probe callback failed")
         if heard and was is False:
             _log.warning("wake-ups from other processes work again on %s (LISTEN hears NOTIFY)", self.channel)
         elif not heard and was is not False:

@@ -192,7 +192,7 @@ def test_concurrent_claims_never_hand_one_job_to_two_claimers(driver: JobDriver)
     for thread in pool:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in pool)
-    assert errors == []
+    assert errors == [], [repr(error) for error in errors]
 
     claimed_ids = [c.job.id for batch in taken for c in batch]
     assert len(claimed_ids) == len(set(claimed_ids)), "a job was handed to two claimers"
