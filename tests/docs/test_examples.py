@@ -27,7 +27,11 @@ def readme_block(marker: str) -> str:
 def test_readme_backfill_example_declares_a_backfill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with isolated_registry():
-        exec(compile(readme_block("myapp/backfills.py"), "README.md", "exec"), {"__name__": "readme_example"})
+        # Compiled from a file of its own: inspect.getsource (the declaration's checksum reads the
+        # handler's source) must find these lines, not README.md's first ones.
+        source = tmp_path / "readme_backfills.py"
+        source.write_text(readme_block("myapp/backfills.py"), encoding="utf-8")
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), {"__name__": "readme_example"})
         [declared] = [d.to_json() for d in registered_backfills()]
         assert declared["name"] == "shop.normalize_emails"
         assert declared["requires"] == "20261201_add_email_index"
@@ -54,9 +58,11 @@ def test_readme_first_command_runs_the_demo(tmp_path: Path) -> None:
     assert "shop.normalize_emails" in out.split("$ x --app shop.jobs jobs ls")[1]
 
 
-def test_readme_testing_example_runs_as_written() -> None:
+def test_readme_testing_example_runs_as_written(tmp_path: Path) -> None:
     namespace: dict[str, object] = {"__name__": "readme_testing_example"}
-    exec(compile(readme_block("tests/test_invoices.py"), "README.md", "exec"), namespace)
+    source = tmp_path / "readme_test_invoices.py"
+    source.write_text(readme_block("tests/test_invoices.py"), encoding="utf-8")
+    exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), namespace)
     test = namespace["test_a_reminder_is_sent_once_then_followed_up"]
     assert callable(test)
     test()

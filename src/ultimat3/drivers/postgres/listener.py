@@ -219,7 +219,6 @@ class Listener:
     def _settle_probe(self, heard: bool) -> None:
         was = self.hears
         self.hears = heard
-        self._heard.set()
         if self._on_probe is not None:
             try:
                 self._on_probe(heard)
@@ -236,6 +235,7 @@ class Listener:
                 " or use the pooler's session mode)", self.channel, self._probe_timeout,
                 extra={"code": "X_DB_NOTIFY_LOST"},
             )
+        self._heard.set()  # last: whoever waits on the verdict sees its effects and its log line
 
     def _safe_dispatch(self, queue: str) -> None:
         try:
