@@ -22,6 +22,27 @@ from typing import Any
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def write_block(begin: str, end: str, block: str) -> None:
+    """Put ``block`` (which starts with ``begin`` and ends with ``end``) into bench/RESULTS.md in
+    place of the block between those markers, or append it when there is none yet."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+    current = "# Benchmark results\n" if not os.path.exists(path) else open(path).read()  # noqa: SIM115
+    if begin in current and end in current:
+        head, rest = current.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        current = head + block + tail
+    else:
+        current = current.rstrip("\n") + "\n\n" + block + "\n"
+    with open(path, "w") as fh:
+        fh.write(current)
+
+
 def mono() -> float:
     """System-wide monotonic seconds: comparable between processes on one Linux host."""
     return time.clock_gettime(time.CLOCK_MONOTONIC)

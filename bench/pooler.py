@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "src")]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "src")]
+from benchlib import markdown_table, write_block  # noqa: E402
+
 BEGIN, END = "<!-- pooler:begin -->", "<!-- pooler:end -->"
 
 
@@ -87,22 +89,15 @@ def main() -> int:
             value, base = medians[mode][key], medians["direct"][key]
             cells.append(f"{value:,.0f} ({value / base:.2f}x)")
         rows.append(cells)
-    table = "\n".join(["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-                      + ["| " + " | ".join(row) + " |" for row in rows])
+    table = markdown_table(header, rows)
     print(table)
     if not args.no_write:
-        results_md = HERE / "RESULTS.md"
-        text = results_md.read_text()
         day = time.strftime("%Y-%m-%d")
         block = (f"{BEGIN}\n## Through PgBouncer 1.18 in transaction mode (`bench/pooler.py`, {day})"
                  f"\n\n{args.jobs:,} single enqueues, {max(1, args.jobs // 1000)} x 1,000 in `enqueue_many`, then a"
                  f" `Worker.drain()` at concurrency 10 of all of them; fresh database per cell, median of"
                  f" {args.repeat}; ratio to direct in brackets.\n\n{table}\n{END}")
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-        results_md.write_text(text)
+        write_block(BEGIN, END, block)
     return 0
 
 

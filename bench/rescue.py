@@ -24,7 +24,9 @@ import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(HERE))
+from benchlib import ADMIN_URL, markdown_table, write_block  # noqa: E402
+
 BEGIN, END = "<!-- rescue:begin -->", "<!-- rescue:end -->"
 
 
@@ -148,21 +150,14 @@ def main() -> int:
                 rows.append(row)
                 print(" | ".join(row), flush=True)
     header = ["driver", "mode", "jobs", "kill -> restart, median", "max"]
-    table = "\n".join(["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-                      + ["| " + " | ".join(row) + " |" for row in rows])
+    table = markdown_table(header, rows)
     print(table)
     if not args.no_write:
-        results = HERE / "RESULTS.md"
-        text = results.read_text()
         block = (f"{BEGIN}\n## Rescue of a SIGKILLed worker's jobs (`bench/rescue.py`, {time.strftime('%Y-%m-%d')})\n\n"
                  f"Worker A holds {args.jobs} jobs, worker B runs beside it, A is SIGKILLed; time until B starts"
                  " each of A's jobs. Defaults: visibility timeout 30 s, liveness probe every 1 s (jittered).\n\n"
                  f"{table}\n{END}")
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-        results.write_text(text)
+        write_block(BEGIN, END, block)
     return 0
 
 

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from benchlib import ADMIN_URL, checkpoint, drop_database, recreate_database  # noqa: E402
+from benchlib import ADMIN_URL, checkpoint, drop_database, recreate_database, write_block  # noqa: E402
 
 PY = sys.executable
 BEGIN, END = "<!-- results:begin (written by bench/run.py) -->", "<!-- results:end -->"
@@ -457,20 +457,7 @@ def markdown(cases: list[Case], env: dict[str, str], args: argparse.Namespace, s
 
 
 def write_results(text: str) -> None:
-    path = os.path.join(HERE, "RESULTS.md")
-    if os.path.exists(path):
-        with open(path) as fh:
-            current = fh.read()
-    else:
-        current = "# Benchmark results\n\n" + BEGIN + "\n" + END + "\n"
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        current = head + text + tail
-    else:
-        current = current.rstrip() + "\n\n" + text + "\n"
-    with open(path, "w") as fh:
-        fh.write(current)
+    write_block(BEGIN, END, text)
 
 
 # -- main -------------------------------------------------------------------------------------
