@@ -24,19 +24,16 @@ import psycopg
 from psycopg import sql
 
 from tests.postgres import require_postgres, unavailable
+from tests.system_packages import ensure_debian_package
 
 __all__ = ["pgbouncer", "pgbouncer_database"]
 
 
 def _binary() -> str | None:
-    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
-    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if subprocess.run(["apt-get", "install", "-y", "-q", "pgbouncer"], env=env, capture_output=True).returncode:
-            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-            subprocess.run(["apt-get", "install", "-y", "-q", "pgbouncer"], env=env, capture_output=True)
-        found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
-    return found
+    def find() -> str | None:
+        return shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+
+    return ensure_debian_package("pgbouncer", find)
 
 
 def _free_port() -> int:

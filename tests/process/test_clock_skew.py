@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 
 from tests.process import skew_app
 from tests.process.harness import REPO, postgres_schema, unavailable, wait_for
+from tests.system_packages import ensure_debian_package
 from ultimat3.drivers import create_driver
 
 pytestmark = [pytest.mark.process, pytest.mark.postgres]
@@ -44,13 +44,7 @@ def _find_libfaketime() -> str | None:
 @pytest.fixture(scope="module")
 def libfaketime() -> str:
     """The libfaketime shared object, installed from Debian's packages when it is missing."""
-    path = _find_libfaketime()
-    if path is None and shutil.which("apt-get") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if subprocess.run(["apt-get", "install", "-y", "-q", "faketime"], env=env, capture_output=True).returncode:
-            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-            subprocess.run(["apt-get", "install", "-y", "-q", "faketime"], env=env, capture_output=True)
-        path = _find_libfaketime()
+    path = ensure_debian_package("faketime", _find_libfaketime)
     if path is None:
         unavailable("libfaketime is not installed and could not be (apt-get install faketime)")
     return path
