@@ -208,13 +208,17 @@ def run_x(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (("jobs", "ls"), {"X_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "X_DATABASE_UNREACHABLE"),
         (("jobs", "ls"), {"X_DATABASE_URL": "mysql://x"}, "X_DATABASE_URL"),
         (("worker",), {"X_DATABASE_URL": "memory://"}, "X_WORKER_NO_JOBS"),
+        (("jobs", "ls"), {"X_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+                          "X_DATABASE_DIRECT_URL": "mysql://app:s3cret@db/app"}, "X_DATABASE_URL"),
+        (("--database-direct-url", "sqlite:///x.db", "jobs", "ls"),
+         {"X_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "X_DATABASE_URL"),
     ],
 )
 def test_real_process_errors(args: tuple[str, ...], env: dict[str, str], code: str) -> None:
     result = run_x(*args, env=env)
     assert result.returncode == 2, result.stderr
     assert code in result.stderr and "hint:" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
     assert result.stdout == ""
 
 

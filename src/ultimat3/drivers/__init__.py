@@ -31,6 +31,12 @@ def database_url() -> str:
     return os.environ.get("X_DATABASE_URL") or DEFAULT_DATABASE_URL
 
 
+def _psycopg_url(url: str, scheme: str) -> str:
+    """A PostgreSQL URL of any accepted spelling as psycopg reads it: the SQLAlchemy spellings name
+    the same server, and psycopg 3 speaks to it either way."""
+    return "postgresql" + url[len(scheme):]
+
+
 def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate: bool = True,
                   direct_url: str | None = None) -> JobDriver:
     """Build the driver a URL names, applying the library's migrations unless ``migrate=False``.
@@ -55,7 +61,6 @@ def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate
     elif scheme in POSTGRES_SCHEMES:
         from ultimat3.drivers.postgres.driver import PostgresDriver
 
-        # The SQLAlchemy spellings name the same server; psycopg 3 speaks to it either way.
         direct = None
         if direct_url:
             direct_scheme = direct_url.split(":", 1)[0].lower()
@@ -65,8 +70,8 @@ def create_driver(url: str | None = None, *, clock: Clock | None = None, migrate
                     "set X_DATABASE_DIRECT_URL (direct_url=) to postgresql://user@host:5432/db, the server itself",
                     code="X_DATABASE_URL",
                 )
-            direct = "postgresql" + direct_url[len(direct_scheme):]
-        driver = PostgresDriver("postgresql" + url[len(scheme):], clock=clock, direct_url=direct)
+            direct = _psycopg_url(direct_url, direct_scheme)
+        driver = PostgresDriver(_psycopg_url(url, scheme), clock=clock, direct_url=direct)
     else:
         raise XError(
             f"database URL {redact_urls(url)!r} names no driver (scheme {scheme!r})",
