@@ -83,10 +83,8 @@ class _Database:
             try:
                 with self.pool.connection() as conn:
                     used = conn
-                    wanted = PREPARE_THRESHOLD if self.prepared else None
-                    if conn.prepare_threshold != wanted:
-                        conn.prepare_threshold = wanted
-                    preparing = conn.prepare_threshold is not None
+                    preparing = self.prepared
+                    conn.prepare_threshold = PREPARE_THRESHOLD if preparing else None
                     return op(conn, retrying)
             except _POOLER_ERRORS as exc:
                 # Only an operation that could have prepared is run again; without preparation

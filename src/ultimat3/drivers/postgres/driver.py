@@ -108,13 +108,14 @@ def _warn_skew(offset: float) -> None:
     if abs(offset) <= SKEW_WARNING:
         return
     direction = "ahead of" if offset > 0 else "behind"
+    host = socket.gethostname()
     _skew_log.warning(
         "X_CLOCK_SKEW",
         "X_CLOCK_SKEW: the clock of host %s is %.1fs %s the database server's; every time that"
         " coordinates workers is taken from the server, so jobs stay correct, but this host's logs"
         " and local timestamps are off (hint: run NTP on this host, e.g. chrony or systemd-timesyncd)",
-        socket.gethostname(), abs(offset), direction,
-        code="X_CLOCK_SKEW", offset=offset, host=socket.gethostname(),
+        host, abs(offset), direction,
+        code="X_CLOCK_SKEW", offset=offset, host=host,
     )
 
 
