@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.protocol import WORKER_LOST
 
-__all__ = ["LOST_PREFIX", "LOST_SUFFIX", "id_taken", "liveness_key", "lost_error", "unknown_worker"]
+__all__ = ["LOST_PREFIX", "LOST_SUFFIX", "id_taken", "liveness_key", "lost_error", "running_by_worker",
+           "unknown_worker"]
 
 
 #: ``last_error`` of a rescued job is ``LOST_PREFIX + worker id + LOST_SUFFIX`` (SQL builds it too).
@@ -18,6 +20,14 @@ LOST_SUFFIX = "); the attempt counts and the job is ready again"
 def lost_error(worker_id: str) -> str:
     """``last_error`` of a job rescued from dead worker ``worker_id``."""
     return f"{LOST_PREFIX}{worker_id}{LOST_SUFFIX}"
+
+
+def running_by_worker(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """``(claimed_by, job id)`` pairs of running jobs, in order, as job ids per worker."""
+    grouped: dict[str, list[str]] = {}
+    for worker_id, job_id in pairs:
+        grouped.setdefault(worker_id, []).append(job_id)
+    return {worker_id: tuple(ids) for worker_id, ids in grouped.items()}
 
 
 def liveness_key(worker_id: str) -> str:

@@ -7,7 +7,7 @@ import builtins
 from ultimat3.core.clock import to_datetime
 from ultimat3.drivers.memory.state import _Store, _Worker
 from ultimat3.drivers.protocol import RescuedJob, WorkerInfo, WorkerRecord
-from ultimat3.drivers.workers import id_taken, lost_error, unknown_worker
+from ultimat3.drivers.workers import id_taken, lost_error, running_by_worker, unknown_worker
 
 __all__ = ["MemoryWorkerRegistry"]
 
@@ -67,17 +67,17 @@ class MemoryWorkerRegistry:
     def list(self) -> list[WorkerRecord]:
         """Every registered worker by id, with the jobs it runs."""
         with self._store.lock:
-            running: dict[str, list[str]] = {}
-            for job in self._store.jobs.values():
-                if job.state == "running" and job.claimed_by is not None:
-                    running.setdefault(job.claimed_by, []).append(job.id)
+            running = running_by_worker(sorted(
+                (job.claimed_by, job.id) for job in self._store.jobs.values()
+                if job.state == "running" and job.claimed_by is not None
+            ))
             return [
                 WorkerRecord(
                     id=row.id, host=row.host, pid=row.pid, concurrency=row.concurrency, queues=row.queues,
                     started_at=to_datetime(row.started_at), last_seen_at=to_datetime(row.last_seen_at),
                     alive=row.alive,
                     why="registered in this process" if row.alive else "its process let go of it",
-                    running=tuple(sorted(running.get(row.id, []))), clock_offset=row.clock_offset,
+                    running=running.get(row.id, ()), clock_offset=row.clock_offset,
                     wakeups=row.wakeups,
                 )
                 for row in sorted(self._store.workers.values(), key=lambda r: r.id)

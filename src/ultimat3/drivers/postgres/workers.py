@@ -27,7 +27,7 @@ from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.postgres.database import CONNECT_TIMEOUT
 from ultimat3.drivers.postgres.rows import _Q, Conn, Row, _rows, _tuples
 from ultimat3.drivers.protocol import RescuedJob, WorkerInfo, WorkerRecord
-from ultimat3.drivers.workers import LOST_PREFIX, LOST_SUFFIX, id_taken, unknown_worker
+from ultimat3.drivers.workers import LOST_PREFIX, LOST_SUFFIX, id_taken, running_by_worker, unknown_worker
 
 if TYPE_CHECKING:
     from ultimat3.drivers.postgres.driver import PostgresDriver
@@ -204,12 +204,9 @@ class PostgresWorkerRegistry:
     def list(self) -> list[WorkerRecord]:
         """Every registered worker by id, with what ``pg_locks`` says of its session."""
 
-        def op(conn: Conn, _: bool) -> tuple[list[Row], dict[str, list[str]]]:
-            running: dict[str, list[str]] = {}
+        def op(conn: Conn, _: bool) -> tuple[list[Row], dict[str, tuple[str, ...]]]:
             rows = _rows(conn).execute(_Q["worker_list"]).fetchall()
-            for claimed_by, job_id in _tuples(conn).execute(_Q["worker_running"]).fetchall():
-                running.setdefault(claimed_by, []).append(job_id)
-            return rows, running
+            return rows, running_by_worker(_tuples(conn).execute(_Q["worker_running"]).fetchall())
 
         rows, running = self._driver._db.run(op)
         records = []
@@ -225,7 +222,7 @@ class PostgresWorkerRegistry:
                 id=row["id"], host=row["host"], pid=row["pid"], concurrency=row["concurrency"],
                 queues=None if row["queues"] is None else tuple(row["queues"]),
                 started_at=row["started_at"], last_seen_at=row["last_seen_at"], alive=alive, why=why,
-                running=tuple(running.get(row["id"], [])), clock_offset=row["clock_offset"],
+                running=running.get(row["id"], ()), clock_offset=row["clock_offset"],
                 wakeups=row["wakeups"],
             ))
         return records

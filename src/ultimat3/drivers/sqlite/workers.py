@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ultimat3.core.clock import to_datetime
 from ultimat3.drivers.protocol import RescuedJob, WorkerInfo, WorkerRecord
 from ultimat3.drivers.sqlite.rows import QUERIES
-from ultimat3.drivers.workers import id_taken, liveness_key, lost_error, unknown_worker
+from ultimat3.drivers.workers import id_taken, liveness_key, lost_error, running_by_worker, unknown_worker
 
 try:
     import fcntl
@@ -164,21 +164,17 @@ class SqliteWorkerRegistry:
         if fcntl is None:  # pragma: no cover - not POSIX
             return True, "liveness cannot be probed on this platform (no flock)", None
         path = self._path(worker_id)
-        if not os.path.exists(path):
-            return False, "its lock file is gone", None
-        fd = _try_lock(path, create=False)
-        if fd is None:
-            if os.path.exists(path):
-                return True, "its process holds its lock file", None
-            return False, "its lock file is gone", None
-        return False, "its lock file is free: the process that held it is gone", fd
+        fd = _try_lock(path, create=False)  # None when held, and when there is no file
+        if fd is not None:
+            return False, "its lock file is free: the process that held it is gone", fd
+        if os.path.exists(path):
+            return True, "its process holds its lock file", None
+        return False, "its lock file is gone", None
 
     def list(self) -> list[WorkerRecord]:
         """Every registered worker by id, probed (changing nothing)."""
         rows = self._driver._rows("worker_list")
-        running: dict[str, list[str]] = {}
-        for row in self._driver._rows("worker_running"):
-            running.setdefault(row["claimed_by"], []).append(row["id"])
+        running = running_by_worker((row["claimed_by"], row["id"]) for row in self._driver._rows("worker_running"))
         records = []
         for row in rows:
             alive, why, fd = self._probe(row["id"])
@@ -188,7 +184,7 @@ class SqliteWorkerRegistry:
                 id=row["id"], host=row["host"], pid=row["pid"], concurrency=row["concurrency"],
                 queues=None if row["queues"] is None else tuple(json.loads(row["queues"])),
                 started_at=to_datetime(row["started_at"]), last_seen_at=to_datetime(row["last_seen_at"]),
-                alive=alive, why=why, running=tuple(running.get(row["id"], [])), clock_offset=row["clock_offset"],
+                alive=alive, why=why, running=running.get(row["id"], ()), clock_offset=row["clock_offset"],
                 wakeups=row["wakeups"],
             ))
         return records
