@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ultimat3.drivers.protocol import BackfillRun, JobRecord, QueueStats, StepRecord
+from ultimat3.drivers.protocol import BackfillRun, ErrorGroup, JobRecord, QueueStats, StepRecord
 
 # Piped output (CI logs, `| less`) gets a readable width instead of rich's 80-column default.
 _PIPE_WIDTH = 160
@@ -155,4 +155,25 @@ def stats_table(stats: list[QueueStats]) -> Table:
         table.add_column(state, justify="right")
     for s in stats:
         table.add_row(cell(s.queue), *(str(s.counts.get(state, 0)) for state in states))
+    return table
+
+
+def error_group_json(group: ErrorGroup) -> dict[str, Any]:
+    """The ``--json`` shape of one error group (``x jobs ls --group-by error``)."""
+    return {"code": group.code, "message": group.message, "count": group.count,
+            "first_seen": iso(group.first_seen), "last_seen": iso(group.last_seen), "sample_id": group.sample_id}
+
+
+def error_groups_table(groups: list[ErrorGroup]) -> Table:
+    """``x jobs ls --group-by error``: the biggest group first."""
+    table = Table(header_style="bold")
+    table.add_column("jobs", justify="right")
+    table.add_column("code", no_wrap=True)
+    table.add_column("error", overflow="fold")
+    table.add_column("first seen", no_wrap=True)
+    table.add_column("last seen", no_wrap=True)
+    table.add_column("sample id", no_wrap=True)
+    for group in groups:
+        table.add_row(f"{group.count:,}", cell(group.code or "", "red"), cell(group.message[:200]),
+                      short_time(group.first_seen), short_time(group.last_seen), cell(group.sample_id))
     return table

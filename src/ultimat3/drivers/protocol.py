@@ -152,13 +152,80 @@ class WaitingName:
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Filters for :meth:`JobIntrospection.list`; results are newest first."""
+    """Which jobs an operator means: for :meth:`JobIntrospection.list`, counts, error groups and
+    bulk actions. Every given field must hold (``None``: any).
+
+    ``name`` is exact, or a pattern where ``*`` stands for any run of characters (``billing.*``;
+    declared names cannot contain ``*``). ``error`` is a substring of ``last_error`` (a code such as
+    ``X_WORKER_LOST`` or any text of the message). ``since``/``until`` (epoch seconds) bound
+    ``updated_at``, the last time the job changed state (when it died, finished, was enqueued or
+    retried): ``since <= updated_at < until``. ``ids`` restricts to those job ids.
+    """
 
     queue: str | None = None
     name: str | None = None
     state: JobState | None = None
     tenant_id: str | None = None
     limit: int = DEFAULT_LIST_LIMIT
+    error: str | None = None
+    since: float | None = None
+    until: float | None = None
+    ids: tuple[str, ...] | None = None
+
+
+BulkAction = Literal["retry", "cancel", "delete"]
+#: The states each bulk action may act on: retry revives what ended badly, cancel stops what has not
+#: ended, delete removes what is not running (a running attempt must be cancelled first).
+BULK_STATES: dict[BulkAction, frozenset[JobState]] = {
+    "retry": frozenset({"dead", "cancelled"}),
+    "cancel": frozenset({"ready", "delayed", "running", "suspended"}),
+    "delete": frozenset({"ready", "delayed", "suspended", "done", "dead", "cancelled"}),
+}
+
+
+@dataclass(frozen=True)
+class BulkRequest:
+    """One bounded batch of an operator's bulk action (see :meth:`JobDriver.bulk`).
+
+    Acts on at most ``limit`` jobs matching ``filter`` (its ``state`` and ``limit`` ignored) whose
+    state is in ``states`` and whose id is greater than ``after``, lowest ids first, skipping
+    rows another transaction holds locked. ``as_of`` (epoch seconds), when given, also requires
+    ``updated_at <= as_of``, so a job retried by this very action that dies again is not retried
+    twice. ``audit_id``'s ``touched`` count grows in the same transaction. ``reason`` is the
+    ``last_error`` a cancel writes (``None`` keeps the previous one).
+    """
+
+    action: BulkAction
+    filter: JobFilter
+    states: tuple[JobState, ...]
+    limit: int = 500
+    after: str = ""
+    as_of: float | None = None
+    audit_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class BulkBatch:
+    """What one :meth:`JobDriver.bulk` batch did: the ids it changed, and the highest id it looked
+    at (the ``after`` of the next batch; ``None`` when it found no candidate at all)."""
+
+    touched: tuple[str, ...]
+    last_id: str | None
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Jobs that ended (or last failed) with the same error: ``code`` (``X_...`` or the exception
+    type, ``None`` when the text has neither) and ``message`` (the first line of ``last_error``);
+    ``first_seen``/``last_seen`` are the earliest and latest ``updated_at`` among them."""
+
+    code: str | None
+    message: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    sample_id: str
 
 
 @dataclass(frozen=True)
@@ -167,6 +234,50 @@ class QueueStats:
 
     queue: str
     counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue as ``x queues ls`` shows it.
+
+    ``paused`` and who changed it when come from ``x_queues``; ``counts`` are jobs per state now
+    (all seven, zeros included); ``due`` is how many waiting jobs could start now, and
+    ``oldest_due_age`` the seconds the longest-waiting of them has been due (``None``: none is).
+    Over the last ``window`` seconds: ``done_recent`` finished, ``failed_recent`` failed an
+    attempt and wait to try again, ``dead_recent`` were dead-lettered.
+    """
+
+    queue: str
+    paused: bool
+    counts: dict[str, int]
+    due: int = 0
+    oldest_due_age: float | None = None
+    done_recent: int = 0
+    failed_recent: int = 0
+    dead_recent: int = 0
+    changed_at: datetime | None = None
+    changed_by: str | None = None
+
+
+AuditAction = Literal["retry", "cancel", "delete", "pause", "resume"]
+AuditStatus = Literal["running", "completed", "interrupted", "failed"]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operator action in ``x_audit``: who (``actor``), when, what (``action`` on ``target``:
+    a filter or a queue), how many jobs it touched, and whether it ran to the end. A bulk action
+    opens its entry ``running`` and every batch adds to ``touched`` in its own transaction, so an
+    action killed midway still shows exactly what it did."""
+
+    id: str
+    at: datetime
+    actor: str
+    action: AuditAction
+    target: dict[str, Any]
+    touched: int
+    status: AuditStatus
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -285,6 +396,16 @@ class JobIntrospection(Protocol):
         """Every (queue, name) with jobs waiting to run (ready, delayed, suspended), by queue then name."""
         ...
 
+    def count(self, filter: JobFilter, states: tuple[JobState, ...] | None = None, as_of: float | None = None) -> int:
+        """How many jobs match ``filter`` (its ``limit`` ignored), restricted to ``states`` when given
+        (then ``filter.state`` is ignored) and to ``updated_at <= as_of`` when given."""
+        ...
+
+    def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
+        """Jobs matching ``filter`` that carry a ``last_error``, grouped by its first line, largest
+        group first; at most ``filter.limit`` groups."""
+        ...
+
 
 class StepStore(Protocol):
     """Durable step results, keyed by (run id, step name)."""
@@ -394,6 +515,48 @@ class WorkerRegistry(Protocol):
         ...
 
 
+class QueueControl(Protocol):
+    """Queue pause and resume, kept in ``x_queues``, and the per-queue overview.
+
+    A paused queue is skipped by every claim (so no new attempt starts from it, on any worker,
+    from the next claim on); running attempts finish and enqueue is still accepted. Each pause or
+    resume is written to the audit log in the same transaction.
+    """
+
+    def pause(self, queue: str, actor: str) -> bool:
+        """Pause ``queue``; ``False`` when it already was (the act is still audited)."""
+        ...
+
+    def resume(self, queue: str, actor: str) -> bool:
+        """Resume ``queue`` and wake the workers that serve it; ``False`` when it was not paused."""
+        ...
+
+    def paused(self) -> list[str]:
+        """The paused queues, by name."""
+        ...
+
+    def overview(self, window: float = 3600.0) -> builtins.list[QueueInfo]:
+        """Every queue that holds a job or was ever paused, by name (see :class:`QueueInfo`)."""
+        ...
+
+
+class AuditLog(Protocol):
+    """The ``x_audit`` table: what operators did, newest first."""
+
+    def open(self, actor: str, action: AuditAction, target: dict[str, Any]) -> AuditEntry:
+        """Start an entry (status ``running``, nothing touched yet)."""
+        ...
+
+    def close(self, audit_id: str, status: AuditStatus, touched: int | None = None) -> None:
+        """End a ``running`` entry with ``status`` (``finished_at`` = now), setting ``touched`` when
+        given (an action that did not count in batches); closed ones stay as they are."""
+        ...
+
+    def list(self, limit: int = DEFAULT_LIST_LIMIT, action: AuditAction | None = None) -> builtins.list[AuditEntry]:
+        """The newest ``limit`` entries (of ``action``)."""
+        ...
+
+
 class MigrationLedger(Protocol):
     """The ``x_migrations`` table: which migrations (the library's and the app's) are applied."""
 
@@ -465,6 +628,16 @@ class JobDriver(Protocol):
         """The worker registry and liveness."""
         ...
 
+    @property
+    def queues(self) -> QueueControl:
+        """Queue pause, resume and overview."""
+        ...
+
+    @property
+    def audit(self) -> AuditLog:
+        """The operator audit log."""
+        ...
+
     def migrate(self) -> list[str]:
         """Create or upgrade the library's tables; returns the migration ids applied now."""
         ...
@@ -519,6 +692,18 @@ class JobDriver(Protocol):
         """Operator retry: a ``dead`` or ``cancelled`` job becomes ``ready`` now with ``attempt``
         0 and the same run (its recorded steps replay), claim and visibility cleared. Other states
         are returned unchanged; a second live job under the same key raises ``JobDuplicateError``."""
+        ...
+
+    def bulk(self, request: BulkRequest) -> BulkBatch:
+        """One batch of an operator's bulk action, in ONE transaction (see :class:`BulkRequest`).
+
+        ``retry`` does to each job what :meth:`retry` does (same run, attempt 0, ready now), but a
+        job whose (name, idempotency key) a live job holds is left as it is, not raised on; of two
+        candidates under one key only one is revived. ``cancel`` does what :meth:`cancel` does,
+        backfill ledger row included. ``delete`` removes the job, its run's steps when no other
+        job shares the run, and closes a ``running`` ledger row of its run as ``cancelled``.
+        Workers of the queues a retry made runnable are woken.
+        """
         ...
 
     def prune(self, older_than: float) -> int:

@@ -5,6 +5,10 @@ One header syntax, ``-- name: <query>``, starts a named statement that runs to t
 Whole-line ``--`` comments are dropped (psycopg would read a percent sign in one as a
 placeholder, and no server needs them); text before the first header is the file's preamble.
 Query and parameter names are aligned across dialects, so a driver method reads the same in each.
+
+A block whose name starts with ``_`` is a fragment, not a statement: ``{{_name}}`` in any other
+block is replaced by its text once, at load time (static SQL only: values stay bound parameters).
+Several statements that must agree on one predicate (the operator's job filter) share it so.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ __all__ = ["MIGRATION_PREFIX", "Migration", "load_migrations", "load_queries", "
 #: Ledger ids of the library's own migrations are ``x:`` + the file's stem (``x:0001_init``).
 MIGRATION_PREFIX = "x:"
 _HEADER = re.compile(r"^--\s*name:\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*$")
+_FRAGMENT = re.compile(r"\{\{(_[A-Za-z0-9_]+)\}\}")
 _MIGRATION_FILE = re.compile(r"^\d{4}_[A-Za-z0-9_]+\.sql$")
 
 
@@ -54,7 +59,14 @@ def parse_queries(text: str) -> dict[str, str]:
         elif current is not None and not line.lstrip().startswith("--"):
             lines.append(line.rstrip())
     flush()
-    return queries
+    fragments = {name: body for name, body in queries.items() if name.startswith("_")}
+
+    def expand(match: re.Match[str]) -> str:
+        if match.group(1) not in fragments:
+            raise ValueError(f"fragment {match.group(1)!r} is used in queries.sql but not defined")
+        return fragments[match.group(1)]
+
+    return {name: _FRAGMENT.sub(expand, body) for name, body in queries.items() if not name.startswith("_")}
 
 
 def load_queries(package: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, memory_bulk
 from ultimat3.drivers.memory.state import (
     _RUNNABLE_WAITING,
     LIBRARY_MIGRATIONS,
@@ -34,7 +35,10 @@ from ultimat3.drivers.memory.workers import MemoryWorkerRegistry
 from ultimat3.drivers.protocol import (
     FINAL_STATES,
     Ack,
+    AuditLog,
     BackfillLedger,
+    BulkBatch,
+    BulkRequest,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -44,6 +48,7 @@ from ultimat3.drivers.protocol import (
     LeaseStore,
     MigrationLedger,
     NackRequest,
+    QueueControl,
     StepStore,
     WakeCallback,
     WorkerRegistry,
@@ -91,6 +96,8 @@ class MemoryDriver:
         self.leases: LeaseStore = MemoryLeaseStore(self._store)
         self.migrations: MigrationLedger = MemoryMigrationLedger(self._store)
         self.workers: WorkerRegistry = MemoryWorkerRegistry(self._store)
+        self.queues: QueueControl = MemoryQueueControl(self._store, self._wake)
+        self.audit: AuditLog = MemoryAuditLog(self._store)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -181,6 +188,7 @@ class MemoryDriver:
         names = None if request.names is None else frozenset(request.names)
         with self._store.lock:
             now = self.clock.now()
+            paused = {queue for queue, (is_paused, _, _) in self._store.queues.items() if is_paused}
             runnable = [
                 job
                 for job in self._store.jobs.values()
@@ -191,6 +199,7 @@ class MemoryDriver:
                 )
                 and (queues is None or job.queue in queues)
                 and (names is None or job.name in names)
+                and job.queue not in paused
             ]
             runnable.sort(key=lambda job: (-job.priority, job.run_at, job.id))
             claimed: list[ClaimedJob] = []
@@ -323,6 +332,10 @@ class MemoryDriver:
             record = job.record()
         self._wake([record.queue])
         return record
+
+    def bulk(self, request: BulkRequest) -> BulkBatch:
+        """One batch of an operator's bulk action (see the protocol)."""
+        return memory_bulk(self._store, request, self._wake)
 
     def prune(self, older_than: float) -> int:
         """Delete finished jobs finished at or before ``now - older_than``, and their steps."""

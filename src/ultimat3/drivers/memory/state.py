@@ -26,7 +26,7 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 
 #: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
-LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers")
+LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -183,6 +183,9 @@ class _Store:
         self.backfills: dict[str, _Backfill] = {}
         self.leases: dict[tuple[str, int], _Lease] = {}
         self.workers: dict[str, _Worker] = {}
+        # x_queues: queue -> (paused, changed_at, changed_by); x_audit: id -> entry fields.
+        self.queues: dict[str, tuple[bool, float, str]] = {}
+        self.audit: dict[str, dict[str, Any]] = {}
         # Insertion order is application order, which is what "oldest first" means here.
         self.migrations: dict[str, float] = {}
 

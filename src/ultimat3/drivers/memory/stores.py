@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
+from ultimat3.drivers.filters import error_code, matches, storable_filter
 from ultimat3.drivers.memory.state import (
     _EVERY_JOB,
     _FINISHED_BACKFILL,
     _Backfill,
+    _Job,
     _json_copy,
     _Lease,
     _Step,
@@ -20,8 +23,10 @@ from ultimat3.drivers.protocol import (
     JOB_STATES,
     BackfillRun,
     BackfillStatus,
+    ErrorGroup,
     JobFilter,
     JobRecord,
+    JobState,
     Lease,
     MigrationRecord,
     QueueStats,
@@ -31,7 +36,6 @@ from ultimat3.drivers.protocol import (
 from ultimat3.drivers.values import (
     check_step_name,
     fenced_key,
-    filter_is_storable,
     require_text,
     unknown_key,
 )
@@ -68,20 +72,44 @@ class MemoryIntrospection:
                     counts[(job.queue, job.name)] = counts.get((job.queue, job.name), 0) + 1
         return [WaitingName(queue, name, n) for (queue, name), n in sorted(counts.items())]
 
+    def _matching(self, flt: JobFilter, states: tuple[JobState, ...] | None = None,
+                  as_of: float | None = None) -> builtins.list[_Job]:
+        # Caller holds the lock.
+        if not storable_filter(flt):
+            return []
+        return [
+            job for job in self._store.jobs.values()
+            if matches(flt, queue=job.queue, name=job.name, state=job.state, tenant_id=job.tenant_id,
+                       last_error=job.last_error, updated_at=job.updated_at, job_id=job.id, states=states)
+            and (as_of is None or job.updated_at <= as_of)
+        ]
+
+    def count(self, filter: JobFilter, states: tuple[JobState, ...] | None = None, as_of: float | None = None) -> int:
+        """How many jobs match ``filter`` (within ``states`` and ``updated_at <= as_of`` when given)."""
+        with self._store.lock:
+            return len(self._matching(filter, states, as_of))
+
+    def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
+        """Matching jobs with a ``last_error``, grouped by its first line, largest group first."""
+        groups: dict[str, builtins.list[_Job]] = {}
+        with self._store.lock:
+            for job in self._matching(filter):
+                if job.last_error is not None:
+                    groups.setdefault(job.last_error.split("\n", 1)[0], []).append(job)
+            ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))[: max(0, filter.limit)]
+            return [
+                ErrorGroup(code=error_code(message), message=message, count=len(jobs),
+                           first_seen=to_datetime(min(job.updated_at for job in jobs)),
+                           last_seen=to_datetime(max(job.updated_at for job in jobs)),
+                           sample_id=min(job.id for job in jobs))
+                for message, jobs in ordered
+            ]
+
     # Defined last: a method named ``list`` would shadow the builtin in later annotations.
     def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
-        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
-            return []
         with self._store.lock:
-            rows = [
-                job
-                for job in self._store.jobs.values()
-                if (filter.queue is None or job.queue == filter.queue)
-                and (filter.name is None or job.name == filter.name)
-                and (filter.state is None or job.state == filter.state)
-                and (filter.tenant_id is None or job.tenant_id == filter.tenant_id)
-            ]
+            rows = self._matching(filter)
             rows.sort(key=lambda job: (job.created_at, job.id), reverse=True)
             return [job.record() for job in rows[: max(0, filter.limit)]]
 

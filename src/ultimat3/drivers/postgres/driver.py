@@ -44,6 +44,7 @@ from ultimat3.drivers.postgres.database import (
     conninfo_from_url,
 )
 from ultimat3.drivers.postgres.listener import Listener
+from ultimat3.drivers.postgres.operations import PostgresAuditLog, PostgresQueueControl, postgres_bulk
 from ultimat3.drivers.postgres.rows import (
     _LISTEN_READY_TIMEOUT,
     _Q,
@@ -67,6 +68,8 @@ from ultimat3.drivers.postgres.stores import (
 from ultimat3.drivers.postgres.workers import PostgresWorkerRegistry
 from ultimat3.drivers.protocol import (
     Ack,
+    BulkBatch,
+    BulkRequest,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -230,6 +233,8 @@ class PostgresDriver:
         self.leases = PostgresLeaseStore(self._db)
         self.migrations = PostgresMigrationLedger(self._db)
         self.workers = PostgresWorkerRegistry(self)
+        self.queues = PostgresQueueControl(self._db, channel)
+        self.audit = PostgresAuditLog(self._db)
 
     def __repr__(self) -> str:
         return f"PostgresDriver(channel={self.channel!r})"
@@ -587,6 +592,10 @@ class PostgresDriver:
         if changed:
             self._wake([record.queue])
         return record
+
+    def bulk(self, request: BulkRequest) -> BulkBatch:
+        """One batch of an operator's bulk action, one statement (see the protocol)."""
+        return postgres_bulk(self._db, request, self.clock.now(), self._wake)
 
     def prune(self, older_than: float) -> int:
         """Delete finished jobs finished at or before ``now - older_than``, and their steps.

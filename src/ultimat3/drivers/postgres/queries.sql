@@ -112,6 +112,8 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 --            x_jobs_claim_any_idx);
 --   lapsed:  running rows whose visibility ran out, their worker presumed lost
 --            (x_jobs_running_visible_idx; normally empty, so nearly free).
+-- Both skip paused queues: the paused list is read once per statement (an init plan), so the
+-- per-row test is a comparison against a short array.
 -- The union is cut to the limit in claim order and those rows move to running with attempt + 1
 -- and a new claim token (worker : attempt : random) -- new even when the same worker re-claims.
 -- `ord` gives the caller the claim order back (RETURNING has none).
@@ -123,6 +125,7 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND queue = %(queue)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -131,6 +134,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND queue = %(queue)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -157,6 +161,7 @@ RETURNING picked.ord, j.*
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND queue = ANY(%(queues)s::text[])
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -165,6 +170,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND queue = ANY(%(queues)s::text[])
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -191,6 +197,7 @@ RETURNING picked.ord, j.*
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -198,6 +205,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
+      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -294,6 +302,106 @@ SELECT id FROM x_jobs
 WHERE name = %(name)s AND idempotency_key = %(idempotency_key)s AND id <> %(id)s
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
+-- ----------------------------------------------------------------------------------------------
+-- Bulk operator actions: one bounded batch per statement, lowest ids first from a cursor, rows
+-- another transaction holds locked skipped (claims and settlements keep flowing; the caller
+-- comes back for them). Each batch adds what it touched to its audit row in the same statement.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: bulk_retry
+-- As `retry`, per row. A row whose (name, key) a live job holds stays as it is, and of two rows
+-- under one key only the most recently changed is revived: the unique index would refuse both.
+WITH candidates AS (
+    SELECT id, name, idempotency_key, updated_at FROM x_jobs AS j
+    WHERE {{_job_where}}
+      AND id > %(after)s
+      AND (%(as_of)s::timestamptz IS NULL OR updated_at <= %(as_of)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT id FROM (
+        SELECT c.id, c.idempotency_key,
+               row_number() OVER (PARTITION BY c.name, c.idempotency_key ORDER BY c.updated_at DESC, c.id) AS nth
+        FROM candidates AS c
+        WHERE c.idempotency_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM x_jobs AS live
+            WHERE live.name = c.name AND live.idempotency_key = c.idempotency_key
+              AND live.state IN ('ready', 'delayed', 'running', 'suspended')
+        )
+    ) AS ranked
+    WHERE idempotency_key IS NULL OR nth = 1
+), revived AS (
+    UPDATE x_jobs AS j
+    SET state = 'ready', attempt = 0, run_at = %(now)s, finished_at = NULL, claim_token = NULL,
+        visible_at = NULL, updated_at = %(now)s
+    FROM chosen WHERE j.id = chosen.id
+    RETURNING j.id, j.queue
+), audited AS (
+    UPDATE x_audit SET touched = touched + (SELECT count(*) FROM revived) WHERE id = %(audit_id)s
+)
+SELECT 'touched' AS kind, id, queue FROM revived
+UNION ALL
+SELECT 'last', max(id), NULL FROM candidates
+
+-- name: bulk_cancel
+-- As `cancel`, per row, with each cancelled run's running ledger row closed in the same statement.
+WITH candidates AS (
+    SELECT id FROM x_jobs
+    WHERE {{_job_where}}
+      AND id > %(after)s
+      AND (%(as_of)s::timestamptz IS NULL OR updated_at <= %(as_of)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE x_jobs AS j
+    SET state = 'cancelled', last_error = coalesce(%(reason)s, j.last_error), finished_at = %(now)s,
+        updated_at = %(now)s, claim_token = NULL, visible_at = NULL
+    FROM candidates WHERE j.id = candidates.id AND j.state IN ('ready', 'delayed', 'running', 'suspended')
+    RETURNING j.id, j.queue, j.run_id, j.last_error
+), ledger AS (
+    UPDATE x_backfills AS b SET status = 'cancelled', finished_at = %(now)s, error = cancelled.last_error
+    FROM cancelled WHERE b.run_id = cancelled.run_id AND b.status = 'running'
+), audited AS (
+    UPDATE x_audit SET touched = touched + (SELECT count(*) FROM cancelled) WHERE id = %(audit_id)s
+)
+SELECT 'touched' AS kind, id, queue FROM cancelled
+UNION ALL
+SELECT 'last', max(id), NULL FROM candidates
+
+-- name: bulk_delete
+-- Deletes the rows, their runs' steps unless another job shares the run, and closes a running
+-- ledger row of a deleted run (a waiting pass deleted would otherwise read `running` forever).
+WITH candidates AS (
+    SELECT id FROM x_jobs
+    WHERE {{_job_where}}
+      AND id > %(after)s
+      AND (%(as_of)s::timestamptz IS NULL OR updated_at <= %(as_of)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM x_jobs AS j USING candidates
+    WHERE j.id = candidates.id AND j.state <> 'running'
+    RETURNING j.id, j.queue, j.run_id
+), steps AS (
+    DELETE FROM x_job_steps AS s
+    WHERE s.run_id IN (SELECT run_id FROM deleted)
+      AND NOT EXISTS (
+          SELECT 1 FROM x_jobs AS other
+          WHERE other.run_id = s.run_id AND other.id NOT IN (SELECT id FROM deleted)
+      )
+), ledger AS (
+    UPDATE x_backfills AS b SET status = 'cancelled', finished_at = %(now)s, error = 'deleted by operator'
+    FROM deleted WHERE b.run_id = deleted.run_id AND b.status = 'running'
+), audited AS (
+    UPDATE x_audit SET touched = touched + (SELECT count(*) FROM deleted) WHERE id = %(audit_id)s
+)
+SELECT 'touched' AS kind, id, queue FROM deleted
+UNION ALL
+SELECT 'last', max(id), NULL FROM candidates
+
 -- name: prune_chunk
 -- One bounded chunk, oldest first. The steps of a deleted job's run go too unless another job
 -- still points at the run (the NOT EXISTS must skip this chunk's rows itself: every part of one
@@ -324,13 +432,37 @@ SELECT count(*) FROM deleted
 -- name: job_get
 SELECT * FROM x_jobs WHERE id = %(id)s
 
+-- name: _job_where
+-- The operator's job filter (ultimat3.drivers.filters binds it); a NULL parameter means "any".
+(%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(name)s::text IS NULL OR name = %(name)s)
+  AND (%(name_like)s::text IS NULL OR name LIKE %(name_like)s)
+  AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(error)s::text IS NULL OR strpos(last_error, %(error)s) > 0)
+  AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s)
+  AND (%(ids)s::text[] IS NULL OR id = ANY(%(ids)s::text[]))
+
 -- name: job_list
 SELECT * FROM x_jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(name)s::text IS NULL OR name = %(name)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+WHERE {{_job_where}}
 ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: job_count
+SELECT count(*) FROM x_jobs
+WHERE {{_job_where}}
+  AND (%(as_of)s::timestamptz IS NULL OR updated_at <= %(as_of)s)
+
+-- name: job_error_groups
+-- Grouped by the first line of last_error; the code is read from it in Python.
+SELECT split_part(last_error, E'\n', 1) AS message, count(*) AS count, min(updated_at) AS first_seen,
+       max(updated_at) AS last_seen, min(id) AS sample_id
+FROM x_jobs
+WHERE {{_job_where}} AND last_error IS NOT NULL
+GROUP BY 1
+ORDER BY count(*) DESC, 1
 LIMIT %(limit)s
 
 -- name: job_stats
@@ -520,3 +652,73 @@ WITH doomed AS (
 )
 SELECT id, queue, worker, pg_notify(%(channel)s, queue)::text AS notified FROM released
 ORDER BY id
+
+-- ----------------------------------------------------------------------------------------------
+-- Queues and the audit log
+-- ----------------------------------------------------------------------------------------------
+
+-- name: queue_set
+-- Pause or resume, and the audit row, in one statement. `changed` says whether it was a change.
+WITH before AS (
+    SELECT coalesce((SELECT paused FROM x_queues WHERE queue = %(queue)s), false) AS paused
+), upserted AS (
+    INSERT INTO x_queues (queue, paused, changed_at, changed_by)
+    SELECT %(queue)s, %(paused)s, %(now)s, %(actor)s FROM before WHERE before.paused <> %(paused)s
+    ON CONFLICT (queue) DO UPDATE
+    SET paused = excluded.paused, changed_at = excluded.changed_at, changed_by = excluded.changed_by
+    RETURNING 1
+), audited AS (
+    INSERT INTO x_audit (id, at, actor, action, target, touched, status, finished_at)
+    VALUES (%(audit_id)s, %(now)s, %(actor)s, %(action)s, %(target)s,
+            (SELECT count(*) FROM upserted), 'completed', %(now)s)
+)
+SELECT (SELECT count(*) FROM upserted) > 0 AS changed, pg_notify(%(channel)s, %(queue)s)::text AS notified
+
+-- name: queue_lock
+-- Pauses and resumes of one queue take turns, so two operators cannot both read "not paused".
+SELECT pg_advisory_xact_lock(hashtext('ultimat3:queues'), hashtext(%(queue)s))
+
+-- name: queues_paused
+SELECT queue FROM x_queues WHERE paused ORDER BY queue
+
+-- name: queue_overview
+WITH counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'ready') AS ready,
+           count(*) FILTER (WHERE state = 'delayed') AS delayed,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'suspended') AS suspended,
+           count(*) FILTER (WHERE state = 'done') AS done,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s) AS due,
+           min(run_at) FILTER (WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s) AS oldest_due,
+           count(*) FILTER (WHERE state = 'done' AND finished_at >= %(since)s) AS done_recent,
+           count(*) FILTER (WHERE state = 'ready' AND attempt > 0 AND last_error IS NOT NULL
+                            AND updated_at >= %(since)s) AS failed_recent,
+           count(*) FILTER (WHERE state = 'dead' AND finished_at >= %(since)s) AS dead_recent
+    FROM x_jobs GROUP BY queue
+)
+SELECT coalesce(c.queue, q.queue) AS queue, coalesce(q.paused, false) AS paused, q.changed_at, q.changed_by,
+       coalesce(c.ready, 0) AS ready, coalesce(c.delayed, 0) AS delayed, coalesce(c.running, 0) AS running,
+       coalesce(c.suspended, 0) AS suspended, coalesce(c.done, 0) AS done, coalesce(c.dead, 0) AS dead,
+       coalesce(c.cancelled, 0) AS cancelled, coalesce(c.due, 0) AS due, c.oldest_due,
+       coalesce(c.done_recent, 0) AS done_recent, coalesce(c.failed_recent, 0) AS failed_recent,
+       coalesce(c.dead_recent, 0) AS dead_recent
+FROM counts AS c FULL JOIN x_queues AS q ON q.queue = c.queue
+ORDER BY 1
+
+-- name: audit_open
+INSERT INTO x_audit (id, at, actor, action, target, touched, status)
+VALUES (%(id)s, %(now)s, %(actor)s, %(action)s, %(target)s, 0, 'running')
+RETURNING *
+
+-- name: audit_close
+UPDATE x_audit SET status = %(status)s, finished_at = %(now)s, touched = coalesce(%(touched)s::bigint, touched)
+WHERE id = %(id)s AND status = 'running'
+
+-- name: audit_list
+SELECT * FROM x_audit
+WHERE (%(action)s::text IS NULL OR action = %(action)s)
+ORDER BY at DESC, seq DESC
+LIMIT %(limit)s

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.errors import StepResultError
+from ultimat3.drivers.filters import error_code, storable_filter
 from ultimat3.drivers.postgres.database import _Database
+from ultimat3.drivers.postgres.operations import pg_filter
 from ultimat3.drivers.postgres.rows import (
     _EVERY_JOB,
     _FINISHED_BACKFILL,
@@ -27,8 +30,10 @@ from ultimat3.drivers.protocol import (
     JOB_STATES,
     BackfillRun,
     BackfillStatus,
+    ErrorGroup,
     JobFilter,
     JobRecord,
+    JobState,
     Lease,
     MigrationRecord,
     QueueStats,
@@ -69,18 +74,30 @@ class PostgresIntrospection:
             counts.setdefault(queue, dict.fromkeys(JOB_STATES, 0))[state] = count
         return [QueueStats(queue=queue, counts=counts[queue]) for queue in sorted(counts)]
 
+    def count(self, filter: JobFilter, states: tuple[JobState, ...] | None = None, as_of: float | None = None) -> int:
+        """How many jobs match ``filter`` (within ``states`` and ``updated_at <= as_of`` when given)."""
+        if not storable_filter(filter):
+            return 0
+        params = {**pg_filter(filter, states), "as_of": None if as_of is None else to_datetime(as_of)}
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_count"], params).fetchone())
+        return 0 if row is None else int(row[0])
+
+    def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
+        """Matching jobs with a ``last_error``, grouped by its first line, largest group first."""
+        if not storable_filter(filter):
+            return []
+        params = {**pg_filter(filter), "limit": max(0, filter.limit)}
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_error_groups"], params).fetchall())
+        return [ErrorGroup(code=error_code(row["message"]), message=row["message"], count=int(row["count"]),
+                           first_seen=_utc(row["first_seen"]), last_seen=_utc(row["last_seen"]),
+                           sample_id=row["sample_id"]) for row in rows]
+
     # Defined last: a method named ``list`` would shadow the builtin in later annotations.
     def list(self, filter: JobFilter = _EVERY_JOB) -> list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
-        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+        if not storable_filter(filter):
             return []
-        params = {
-            "queue": filter.queue,
-            "name": filter.name,
-            "state": filter.state,
-            "tenant_id": filter.tenant_id,
-            "limit": max(0, filter.limit),
-        }
+        params = {**pg_filter(filter), "limit": max(0, filter.limit)}
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_list"], params).fetchall())
         return [_job(row) for row in rows]
 

@@ -23,7 +23,10 @@ from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.protocol import (
     Ack,
+    AuditLog,
     BackfillLedger,
+    BulkBatch,
+    BulkRequest,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -33,12 +36,14 @@ from ultimat3.drivers.protocol import (
     LeaseStore,
     MigrationLedger,
     NackRequest,
+    QueueControl,
     StepStore,
     WakeCallback,
     WorkerRegistry,
 )
 from ultimat3.drivers.sql import Migration, load_migrations
 from ultimat3.drivers.sqlite.files import DEFAULT_SQLITE_FILE_MODE, is_memory_path, sqlite_file_mode, sqlite_path
+from ultimat3.drivers.sqlite.operations import SqliteAuditLog, SqliteQueueControl, sqlite_bulk
 from ultimat3.drivers.sqlite.rows import (
     QUERIES,
     is_busy,
@@ -164,6 +169,8 @@ class SqliteDriver:
         self.leases: LeaseStore = SqliteLeaseStore(self)
         self.migrations: MigrationLedger = SqliteMigrationLedger(self)
         self.workers: WorkerRegistry = SqliteWorkerRegistry(self)
+        self.queues: QueueControl = SqliteQueueControl(self)
+        self.audit: AuditLog = SqliteAuditLog(self)
 
     def __repr__(self) -> str:
         return f"SqliteDriver({self.path!r})"
@@ -569,6 +576,10 @@ class SqliteDriver:
         if retried:
             self._notify([row["queue"]])
         return job_record_of(row)
+
+    def bulk(self, request: BulkRequest) -> BulkBatch:
+        """One batch of an operator's bulk action (see the protocol)."""
+        return sqlite_bulk(self, request)
 
     def prune(self, older_than: float) -> int:
         """Delete jobs finished at least ``older_than`` seconds ago, and the steps of their runs."""

@@ -47,7 +47,8 @@ SELECT * FROM x_jobs WHERE id = :id;
 -- name: claim
 -- Two arms, each read in claim order from its own index and merged, so a claim touches about
 -- :limit index entries however many jobs wait: waiting rows that are due, and running rows whose
--- worker let the visibility lapse. The claim token is minted per row: worker, attempt, random.
+-- worker let the visibility lapse; both skip paused queues (x_queues, a handful of rows). The
+-- claim token is minted per row: worker, attempt, random.
 UPDATE x_jobs
 SET state = 'running',
     attempt = attempt + 1,
@@ -60,10 +61,12 @@ WHERE id IN (
         SELECT id, priority, run_at FROM x_jobs
         WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+          AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
         UNION ALL
         SELECT id, priority, run_at FROM x_jobs
         WHERE state = 'running' AND visible_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+          AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
         ORDER BY priority DESC, run_at, id
         LIMIT :limit
     )
@@ -87,11 +90,13 @@ WHERE id IN (
           AND queue IN (SELECT value FROM json_each(:queues))
           AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+          AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
         UNION ALL
         SELECT id, priority, run_at FROM x_jobs
         WHERE state = 'running' AND visible_at <= :now
           AND queue IN (SELECT value FROM json_each(:queues))
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+          AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
         ORDER BY priority DESC, run_at, id
         LIMIT :limit
     )
@@ -178,14 +183,132 @@ WHERE run_id IN (
     WHERE NOT EXISTS (SELECT 1 FROM x_jobs WHERE x_jobs.run_id = pruned.value)
 );
 
+-- name: _job_where
+-- The operator's job filter (ultimat3.drivers.filters binds it); a NULL parameter means "any".
+-- GLOB, not LIKE: SQLite's LIKE ignores ASCII case, a job name does not.
+(:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:name_glob IS NULL OR name GLOB :name_glob)
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+  AND (:error IS NULL OR instr(last_error, :error) > 0)
+  AND (:since IS NULL OR updated_at >= :since)
+  AND (:until IS NULL OR updated_at < :until)
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+
 -- name: jobs_list
 -- Newest first. Filters are optional (NULL = any); the scan follows x_jobs_created_idx.
 SELECT * FROM x_jobs
-WHERE (:queue IS NULL OR queue = :queue)
-  AND (:name IS NULL OR name = :name)
-  AND (:state IS NULL OR state = :state)
-  AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+WHERE {{_job_where}}
 ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: jobs_count
+SELECT count(*) FROM x_jobs
+WHERE {{_job_where}}
+  AND (:as_of IS NULL OR updated_at <= :as_of);
+
+-- name: jobs_error_groups
+-- Grouped by the first line of last_error; the code is read from it in Python.
+SELECT CASE WHEN instr(last_error, char(10)) > 0 THEN substr(last_error, 1, instr(last_error, char(10)) - 1)
+            ELSE last_error END AS message,
+       count(*) AS count, min(updated_at) AS first_seen, max(updated_at) AS last_seen, min(id) AS sample_id
+FROM x_jobs
+WHERE {{_job_where}} AND last_error IS NOT NULL
+GROUP BY 1
+ORDER BY 2 DESC, 1
+LIMIT :limit;
+
+-- name: bulk_candidates
+-- One batch of a bulk action, lowest ids first from the cursor, under the write lock.
+SELECT id, name, queue, run_id, idempotency_key, updated_at, state FROM x_jobs
+WHERE {{_job_where}}
+  AND id > :after
+  AND (:as_of IS NULL OR updated_at <= :as_of)
+ORDER BY id
+LIMIT :limit;
+
+-- name: bulk_retry
+-- As `retry` for each id of the JSON array :ids (the driver left out the ones a live key holds).
+UPDATE x_jobs
+SET state = 'ready', attempt = 0, run_at = :now, finished_at = NULL, claim_token = NULL, visible_at = NULL,
+    updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled')
+RETURNING id, queue;
+
+-- name: bulk_cancel
+UPDATE x_jobs
+SET state = 'cancelled', last_error = coalesce(:reason, last_error), finished_at = :now, updated_at = :now,
+    claim_token = NULL, visible_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'running', 'suspended')
+RETURNING id, queue, run_id, last_error;
+
+-- name: bulk_delete
+DELETE FROM x_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
+RETURNING id, queue, run_id;
+
+-- name: bulk_ledger_close
+-- A cancelled or deleted run's running backfill pass closes with it (:closed: [[run_id, error], ...]).
+UPDATE x_backfills
+SET status = 'cancelled', finished_at = :now,
+    error = (SELECT json_extract(value, '$[1]') FROM json_each(:closed)
+             WHERE json_extract(value, '$[0]') = x_backfills.run_id)
+WHERE run_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:closed)) AND status = 'running';
+
+-- name: audit_touched
+UPDATE x_audit SET touched = touched + :touched WHERE id = :id;
+
+-- name: queue_get
+SELECT paused FROM x_queues WHERE queue = :queue;
+
+-- name: queue_set
+INSERT INTO x_queues (queue, paused, changed_at, changed_by) VALUES (:queue, :paused, :now, :actor)
+ON CONFLICT (queue) DO UPDATE
+SET paused = excluded.paused, changed_at = excluded.changed_at, changed_by = excluded.changed_by;
+
+-- name: queues_paused
+SELECT queue FROM x_queues WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_overview
+WITH counts AS (
+    SELECT queue,
+           sum(state = 'ready') AS ready, sum(state = 'delayed') AS delayed, sum(state = 'running') AS running,
+           sum(state = 'suspended') AS suspended, sum(state = 'done') AS done, sum(state = 'dead') AS dead,
+           sum(state = 'cancelled') AS cancelled,
+           sum(state IN ('ready', 'delayed', 'suspended') AND run_at <= :now) AS due,
+           min(CASE WHEN state IN ('ready', 'delayed', 'suspended') AND run_at <= :now THEN run_at END) AS oldest_due,
+           sum(state = 'done' AND finished_at >= :since) AS done_recent,
+           sum(state = 'ready' AND attempt > 0 AND last_error IS NOT NULL AND updated_at >= :since) AS failed_recent,
+           sum(state = 'dead' AND finished_at >= :since) AS dead_recent
+    FROM x_jobs GROUP BY queue
+), names AS (
+    SELECT queue FROM counts UNION SELECT queue FROM x_queues
+)
+SELECT n.queue, coalesce(q.paused, 0) AS paused, q.changed_at, q.changed_by,
+       coalesce(c.ready, 0) AS ready, coalesce(c.delayed, 0) AS delayed, coalesce(c.running, 0) AS running,
+       coalesce(c.suspended, 0) AS suspended, coalesce(c.done, 0) AS done, coalesce(c.dead, 0) AS dead,
+       coalesce(c.cancelled, 0) AS cancelled, coalesce(c.due, 0) AS due, c.oldest_due,
+       coalesce(c.done_recent, 0) AS done_recent, coalesce(c.failed_recent, 0) AS failed_recent,
+       coalesce(c.dead_recent, 0) AS dead_recent
+FROM names AS n LEFT JOIN counts AS c ON c.queue = n.queue LEFT JOIN x_queues AS q ON q.queue = n.queue
+ORDER BY n.queue;
+
+-- name: audit_insert
+INSERT INTO x_audit (id, at, actor, action, target, touched, status, finished_at)
+VALUES (:id, :now, :actor, :action, :target, :touched, :status, :finished_at);
+
+-- name: audit_get
+SELECT * FROM x_audit WHERE id = :id;
+
+-- name: audit_close
+UPDATE x_audit SET status = :status, finished_at = :now, touched = coalesce(:touched, touched)
+WHERE id = :id AND status = 'running';
+
+-- name: audit_list
+SELECT * FROM x_audit
+WHERE (:action IS NULL OR action = :action)
+ORDER BY at DESC, rowid DESC
 LIMIT :limit;
 
 -- name: jobs_stats

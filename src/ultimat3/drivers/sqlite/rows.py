@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
+from ultimat3.drivers.filters import filter_params
 from ultimat3.drivers.protocol import (
     BackfillRun,
     JobFilter,
     JobRecord,
+    JobState,
     Lease,
 )
 from ultimat3.drivers.records import Decoders, job_record
@@ -35,6 +38,7 @@ __all__ = [
     "lease_of",
     "loads",
     "result_text",
+    "sqlite_filter",
 ]
 
 #: Every named statement of ``queries.sql``, parsed once at import.
@@ -90,3 +94,12 @@ def backfill_run_of(row: sqlite3.Row) -> BackfillRun:
 def lease_of(row: sqlite3.Row) -> Lease:
     """An ``x_leases`` row."""
     return _lease(row, DECODE)
+
+
+def sqlite_filter(flt: JobFilter, states: Iterable[JobState] | None = None) -> dict[str, Any]:
+    """A job filter as the bind parameters of ``_job_where`` (lists as JSON arrays)."""
+    params = filter_params(flt, states).bind()
+    for key in ("states", "ids"):
+        if params[key] is not None:
+            params[key] = json.dumps(params[key])
+    return params

@@ -1,3 +1,6 @@
+-- index x_audit_at_idx
+CREATE INDEX x_audit_at_idx ON x_audit (at DESC);
+
 -- index x_backfills_name_idx
 CREATE INDEX x_backfills_name_idx ON x_backfills (name, started_at DESC);
 
@@ -22,6 +25,9 @@ CREATE INDEX x_jobs_run_idx ON x_jobs (run_id);
 -- index x_jobs_running_visible_idx
 CREATE INDEX x_jobs_running_visible_idx ON x_jobs (visible_at) WHERE state = 'running';
 
+-- table x_audit
+CREATE TABLE x_audit ( id TEXT PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL CHECK (action IN ('retry', 'cancel', 'delete', 'pause', 'resume')), target TEXT NOT NULL, touched INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'interrupted', 'failed')), finished_at REAL );
+
 -- table x_backfills
 CREATE TABLE x_backfills ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')), batches INTEGER NOT NULL DEFAULT 0, "rows" INTEGER NOT NULL DEFAULT 0, started_at REAL NOT NULL, finished_at REAL, job_id TEXT, error TEXT );
 
@@ -36,6 +42,9 @@ CREATE TABLE x_leases ( key TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NO
 
 -- table x_migrations
 CREATE TABLE x_migrations ( id TEXT PRIMARY KEY, applied_at REAL NOT NULL, -- "Oldest first" is application order, even when the clock did not move between two. seq INTEGER NOT NULL );
+
+-- table x_queues
+CREATE TABLE x_queues ( queue TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), changed_at REAL NOT NULL, changed_by TEXT NOT NULL );
 
 -- table x_workers
 CREATE TABLE x_workers ( id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, concurrency INTEGER NOT NULL, queues TEXT, started_at REAL NOT NULL, last_seen_at REAL NOT NULL, clock_offset REAL, wakeups TEXT );

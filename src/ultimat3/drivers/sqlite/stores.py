@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.filters import error_code, storable_filter
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     BackfillRun,
     BackfillStatus,
+    ErrorGroup,
     JobFilter,
     JobRecord,
+    JobState,
     Lease,
     MigrationRecord,
     QueueStats,
@@ -31,6 +34,7 @@ from ultimat3.drivers.sqlite.rows import (
     job_record_of,
     lease_of,
     loads,
+    sqlite_filter,
 )
 from ultimat3.drivers.values import (
     check_step_name,
@@ -60,16 +64,26 @@ class SqliteIntrospection:
 
     def list(self, filter: JobFilter = EVERY_JOB) -> builtins.list[JobRecord]:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
-        if not filter_is_storable(filter.queue, filter.name, filter.tenant_id):
+        if not storable_filter(filter):
             return []
-        params = {
-            "queue": filter.queue,
-            "name": filter.name,
-            "state": filter.state,
-            "tenant_id": filter.tenant_id,
-            "limit": max(filter.limit, 0),  # SQLite reads a negative LIMIT as "no limit"
-        }
+        params = {**sqlite_filter(filter), "limit": max(filter.limit, 0)}  # a negative LIMIT is "no limit"
         return [job_record_of(row) for row in self._driver._rows("jobs_list", params)]
+
+    def count(self, filter: JobFilter, states: tuple[JobState, ...] | None = None, as_of: float | None = None) -> int:
+        """How many jobs match ``filter`` (within ``states`` and ``updated_at <= as_of`` when given)."""
+        if not storable_filter(filter):
+            return 0
+        rows = self._driver._rows("jobs_count", {**sqlite_filter(filter, states), "as_of": as_of})
+        return int(rows[0][0])
+
+    def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
+        """Matching jobs with a ``last_error``, grouped by its first line, largest group first."""
+        if not storable_filter(filter):
+            return []
+        rows = self._driver._rows("jobs_error_groups", {**sqlite_filter(filter), "limit": max(filter.limit, 0)})
+        return [ErrorGroup(code=error_code(row["message"]), message=row["message"], count=row["count"],
+                           first_seen=to_datetime(row["first_seen"]), last_seen=to_datetime(row["last_seen"]),
+                           sample_id=row["sample_id"]) for row in rows]
 
     @unknown_key(lambda: None)
     def get(self, job_id: str) -> JobRecord | None:

@@ -16,8 +16,8 @@ A third-party driver proves itself with one test module::
         built.close()
 
 Split by concern (``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
-``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``prune``, ``subscribe``,
-``transactions``, ``workers``): a module
+``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``operator``, ``prune``, ``queues``,
+``subscribe``, ``transactions``, ``workers``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
@@ -38,7 +38,9 @@ CONCERNS = (
     "introspect",
     "leases",
     "migrations",
+    "operator",
     "prune",
+    "queues",
     "settle",
     "steps",
     "subscribe",
