@@ -45,6 +45,19 @@ COMMANDS = st.one_of(
     st.tuples(argv_texts, argv_texts, argv_texts).map(
         lambda t: ["jobs", "ls", "--queue", t[0], "--name", t[1], "--tenant", t[2], "--json"]),
     st.just(["jobs", "stats", "--json"]),
+    # Incident tools: hostile filter values (bulk actions as dry runs, or aimed away from the seeded
+    # queue, so "never a changed row" still holds).
+    argv_texts.map(lambda s: ["jobs", "retry", "--queue", s, "--dry-run"]),
+    argv_texts.map(lambda s: ["jobs", "cancel", "--name", s, "--error", s, "--dry-run", "--json"]),
+    argv_texts.map(lambda s: ["jobs", "cancel", "--queue", "cli-none", "--name", s, "--error", s, "--yes"]),
+    argv_texts.map(lambda s: ["jobs", "delete", "--since", s, "--dry-run"]),
+    argv_texts.map(lambda s: ["jobs", "delete", "--queue", "cli-none", "--until", s, "--json"]),
+    argv_texts.map(lambda s: ["jobs", "retry", "--ids", s, "--dry-run"]),
+    argv_texts.map(lambda s: ["jobs", "ls", "--state", "dead", "--group-by", s]),
+    argv_texts.map(lambda s: ["jobs", "ls", "--error", s, "--since", s, "--group-by", "error", "--json"]),
+    argv_texts.map(lambda s: ["queues", s]),
+    argv_texts.map(lambda s: ["audit", "ls", "--action", s, "--json"]),
+    st.just(["queues", "ls", "--json"]),
 )
 
 

@@ -154,6 +154,7 @@ def _retry_one(config: Config, job_id: str, actor: str | None, as_json: bool) ->
 
 
 _VERB = {"retry": ("retry", "retried"), "cancel": ("cancel", "cancelled"), "delete": ("delete", "deleted")}
+_DOING = {"retry": "retrying", "cancel": "cancelling", "delete": "deleting"}
 
 
 def _bulk(config: Config, action: BulkAction, filters: dict[str, Any], *, dry_run: bool, yes: bool,
@@ -177,8 +178,9 @@ def _bulk(config: Config, action: BulkAction, filters: dict[str, Any], *, dry_ru
         say("nothing was changed (dry run)")
         return
     if plan.count > BULK_CONFIRM_ABOVE and not yes:
-        if filters.get("ids_from") == "-" or not sys.stdin.isatty():
-            raise XError(f"{plan.count:,} jobs match; {verb}ing more than {BULK_CONFIRM_ABOVE} needs a confirmation",
+        if filters.get("ids_from") == "-" or not _interactive():
+            raise XError(f"{plan.count:,} jobs match; {_DOING[action]} more than {BULK_CONFIRM_ABOVE} needs a "
+                         "confirmation",
                          "look first with --dry-run, then run again with --yes", code="X_BULK_CONFIRM")
         if not click.confirm(f"{verb} {plan.count:,} jobs matching {_describe(plan.filter)}?", err=True):
             raise XError("not confirmed; nothing was changed", "run again and answer y, or pass --yes",
@@ -196,6 +198,11 @@ def _bulk(config: Config, action: BulkAction, filters: dict[str, Any], *, dry_ru
     tail = f"; {outcome.left:,} left as they were ({_why_left(action)})" if outcome.left else ""
     say(f"{done} {outcome.touched:,} of {outcome.matched:,} matching job(s) in {outcome.batches} batch(es){tail} "
         f"— audit {outcome.audit_id}")
+
+
+def _interactive() -> bool:
+    """Whether a person can answer a question on standard input."""
+    return sys.stdin.isatty()
 
 
 def _why_left(action: BulkAction) -> str:
