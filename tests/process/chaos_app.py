@@ -35,7 +35,7 @@ CHAOS_RETRY = RetryPolicy(max_attempts=200, base=0.05, factor=2.0, cap=0.5, jitt
 APP_TABLES_SQLITE = (
     "CREATE TABLE IF NOT EXISTS chaos_effects (n INTEGER NOT NULL UNIQUE, job_id TEXT NOT NULL, worker TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS chaos_attempts (id INTEGER PRIMARY KEY AUTOINCREMENT, n INTEGER NOT NULL, "
-    "job_id TEXT NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL)",
+    "job_id TEXT NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, started REAL)",
     "CREATE TABLE IF NOT EXISTS chaos_marks (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL, "
     "kind TEXT NOT NULL, worker TEXT NOT NULL, attempt INTEGER NOT NULL, at REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS bf_items (id INTEGER PRIMARY KEY)",
@@ -46,7 +46,7 @@ APP_TABLES_SQLITE = (
 APP_TABLES_POSTGRES = (
     "CREATE TABLE IF NOT EXISTS chaos_effects (n integer NOT NULL UNIQUE, job_id text NOT NULL, worker text NOT NULL)",
     "CREATE TABLE IF NOT EXISTS chaos_attempts (id bigserial PRIMARY KEY, n integer NOT NULL, "
-    "job_id text NOT NULL, worker text NOT NULL, attempt integer NOT NULL)",
+    "job_id text NOT NULL, worker text NOT NULL, attempt integer NOT NULL, started double precision)",
     "CREATE TABLE IF NOT EXISTS chaos_marks (id bigserial PRIMARY KEY, tag text NOT NULL, "
     "kind text NOT NULL, worker text NOT NULL, attempt integer NOT NULL, at double precision NOT NULL)",
     "CREATE TABLE IF NOT EXISTS bf_items (id integer PRIMARY KEY)",
@@ -189,12 +189,13 @@ class Block(BaseModel):
 
 
 def _effect(input: Effect, ctx: Ctx, step: SyncStep) -> dict[str, Any]:
+    started = time.time()
     if input.work_ms > 0:
         time.sleep(random.uniform(0, input.work_ms / 1000))
     with app().transaction() as cur:
         cur.execute(
-            "INSERT INTO chaos_attempts (n, job_id, worker, attempt) VALUES (?, ?, ?, ?)",
-            (input.n, step.job_id, _worker_id, step.attempt),
+            "INSERT INTO chaos_attempts (n, job_id, worker, attempt, started) VALUES (?, ?, ?, ?, ?)",
+            (input.n, step.job_id, _worker_id, step.attempt, started),
         )
         cur.execute(
             "INSERT INTO chaos_effects (n, job_id, worker) VALUES (?, ?, ?) ON CONFLICT (n) DO NOTHING",
