@@ -103,8 +103,9 @@ def test_behind_a_pooler_lost_wakeups_are_said_and_polled_for_and_a_direct_url_r
     assert "X_DB_NOTIFY_LOST" not in log_direct and "X_DB_NOTIFY_LOST" not in log_with
     assert log_plain.count("X_DB_NOTIFY_LOST") == 1, log_plain
     assert "X_DATABASE_DIRECT_URL" in log_plain
-    # Polled at the floor, not at the 1 s interval: every job within the floor plus a claim.
-    assert max(plain) <= POLL_FLOOR + 0.25, plain
+    # Polled at the floor, not at the 1 s interval: every job within the floor plus a claim (a
+    # claim on a loaded 2-core box running the whole suite has taken 0.28 s).
+    assert max(plain) <= POLL_FLOOR + 0.5, plain
     # With the direct URL, NOTIFY wakes the worker as on a direct connection (5 ms for noise).
     assert p50["pooled+direct"] <= 2 * p50["direct"] + 0.005, p50
     assert p50["direct"] < 0.05, p50

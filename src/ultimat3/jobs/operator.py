@@ -196,7 +196,7 @@ def bulk(driver: JobDriver, action: BulkAction, flt: JobFilter, *, actor: str | 
         raise ConfigError(f"batch size {batch_size!r} is outside 1..10000", "use a few hundred to a few thousand",
                           code="X_BULK_BATCH")
     checked, states = _checked(action, flt, everything)
-    who = actor if actor is not None else default_actor()
+    who = actor or default_actor()
     matched = driver.introspect.count(checked, states)
     entry = driver.audit.open(who, action, filter_json(flt))
     # A retried job that dies again while this runs must not be retried twice by it.
@@ -244,12 +244,12 @@ def error_groups(driver: JobDriver, flt: JobFilter) -> list[ErrorGroup]:
 def pause_queue(driver: JobDriver, queue: str, *, actor: str | None = None) -> bool:
     """Pause ``queue`` (persisted; every worker stops claiming from it at its next claim); whether
     it changed. Running attempts finish; enqueue is still accepted."""
-    return driver.queues.pause(_queue_name(queue), actor if actor is not None else default_actor())
+    return driver.queues.pause(_queue_name(queue), actor or default_actor())
 
 
 def resume_queue(driver: JobDriver, queue: str, *, actor: str | None = None) -> bool:
     """Resume ``queue`` and wake the workers that serve it; whether it changed."""
-    return driver.queues.resume(_queue_name(queue), actor if actor is not None else default_actor())
+    return driver.queues.resume(_queue_name(queue), actor or default_actor())
 
 
 def queue_overview(driver: JobDriver, *, window: float = 3600.0) -> list[QueueInfo]:
