@@ -259,6 +259,29 @@ class QueueInfo:
     changed_by: str | None = None
 
 
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """One schedule's row in ``x_schedules``: the newest tick it fired (or skipped), the job that
+    tick enqueued, and whether an operator paused it."""
+
+    key: str
+    last_tick: datetime
+    paused: bool
+    updated_at: datetime
+    last_job_id: str | None = None
+    changed_at: datetime | None = None
+    changed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What :meth:`ScheduleStore.fire` did with a tick: ``job`` is the enqueue's result (``None``
+    when the schedule is paused: the tick is recorded as passed, nothing runs)."""
+
+    tick: float
+    job: EnqueueResult | None
+
+
 AuditAction = Literal["retry", "cancel", "delete", "pause", "resume"]
 AuditStatus = Literal["running", "completed", "interrupted", "failed"]
 
@@ -540,6 +563,39 @@ class QueueControl(Protocol):
         ...
 
 
+class ScheduleStore(Protocol):
+    """The ``x_schedules`` table: per schedule, the newest tick fired, so each tick fires once.
+
+    No leader: every worker computes the same ticks and calls :meth:`fire`; the row's compare-and-set
+    lets exactly one of them through per tick, and the job is enqueued in that same transaction.
+    """
+
+    def register(self, key: str, start: float) -> ScheduleRecord:
+        """The row of ``key``, created with ``last_tick = start`` when absent (a new schedule fires
+        the ticks after its first sighting, not the past)."""
+        ...
+
+    def fire(self, key: str, tick: float, request: EnqueueRequest | None) -> Fired | None:
+        """In ONE transaction: move ``last_tick`` of ``key`` up to ``tick`` if it is earlier, and then
+        enqueue ``request`` (unless the schedule is paused or ``request`` is ``None``: a skipped
+        tick). ``None`` when the row already had ``tick`` or a later one (another worker fired it),
+        or has no row."""
+        ...
+
+    def get(self, key: str) -> ScheduleRecord | None:
+        """One schedule's row."""
+        ...
+
+    def set_paused(self, key: str, paused: bool, actor: str) -> bool:
+        """Pause or resume ``key`` (audited as ``pause``/``resume`` with target ``{"schedule": key}``);
+        whether it changed. A schedule with no row yet gets one."""
+        ...
+
+    def list(self) -> list[ScheduleRecord]:
+        """Every schedule row, by key."""
+        ...
+
+
 class AuditLog(Protocol):
     """The ``x_audit`` table: what operators did, newest first."""
 
@@ -636,6 +692,11 @@ class JobDriver(Protocol):
     @property
     def audit(self) -> AuditLog:
         """The operator audit log."""
+        ...
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Periodic schedules' ticks."""
         ...
 
     def migrate(self) -> list[str]:

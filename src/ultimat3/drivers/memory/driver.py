@@ -17,6 +17,7 @@ from typing import Any
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, memory_bulk
+from ultimat3.drivers.memory.schedules import MemoryScheduleStore
 from ultimat3.drivers.memory.state import (
     _RUNNABLE_WAITING,
     LIBRARY_MIGRATIONS,
@@ -49,6 +50,7 @@ from ultimat3.drivers.protocol import (
     MigrationLedger,
     NackRequest,
     QueueControl,
+    ScheduleStore,
     StepStore,
     WakeCallback,
     WorkerRegistry,
@@ -98,6 +100,7 @@ class MemoryDriver:
         self.workers: WorkerRegistry = MemoryWorkerRegistry(self._store)
         self.queues: QueueControl = MemoryQueueControl(self._store, self._wake)
         self.audit: AuditLog = MemoryAuditLog(self._store)
+        self.schedules: ScheduleStore = MemoryScheduleStore(self._store, self.enqueue_many)
 
     # -- lifecycle --------------------------------------------------------------------------
 

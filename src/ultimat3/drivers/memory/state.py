@@ -26,7 +26,7 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 
 #: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
-LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations")
+LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations", "x:0004_schedules")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -176,6 +176,8 @@ class _Store:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.lock = threading.Lock()
+        # Serialises schedule fires (a compare, an enqueue that takes `lock` itself, a set).
+        self.fire_lock = threading.Lock()
         self.jobs: dict[str, _Job] = {}
         # Mirrors x_jobs_name_idempotency_live_idx: (name, key) -> id of the one live job holding it.
         self.live_keys: dict[tuple[str, str], str] = {}
@@ -186,6 +188,8 @@ class _Store:
         # x_queues: queue -> (paused, changed_at, changed_by); x_audit: id -> entry fields.
         self.queues: dict[str, tuple[bool, float, str]] = {}
         self.audit: dict[str, dict[str, Any]] = {}
+        # x_schedules: key -> row fields (epoch-second times).
+        self.schedules: dict[str, dict[str, Any]] = {}
         # Insertion order is application order, which is what "oldest first" means here.
         self.migrations: dict[str, float] = {}
 

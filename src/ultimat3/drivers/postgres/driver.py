@@ -58,6 +58,7 @@ from ultimat3.drivers.postgres.rows import (
     _rows,
     _tuples,
 )
+from ultimat3.drivers.postgres.schedules import PostgresScheduleStore
 from ultimat3.drivers.postgres.stores import (
     PostgresBackfillLedger,
     PostgresIntrospection,
@@ -235,6 +236,7 @@ class PostgresDriver:
         self.workers = PostgresWorkerRegistry(self)
         self.queues = PostgresQueueControl(self._db, channel)
         self.audit = PostgresAuditLog(self._db)
+        self.schedules = PostgresScheduleStore(self)
 
     def __repr__(self) -> str:
         return f"PostgresDriver(channel={self.channel!r})"

@@ -722,3 +722,45 @@ SELECT * FROM x_audit
 WHERE (%(action)s::text IS NULL OR action = %(action)s)
 ORDER BY at DESC, seq DESC
 LIMIT %(limit)s
+
+-- ----------------------------------------------------------------------------------------------
+-- Schedules: each tick fires once, by a compare-and-set on last_tick in the tick's enqueue transaction
+-- ----------------------------------------------------------------------------------------------
+
+-- name: schedule_register
+INSERT INTO x_schedules (key, last_tick, updated_at) VALUES (%(key)s, %(start)s, %(now)s)
+ON CONFLICT (key) DO NOTHING
+
+-- name: schedule_get
+SELECT * FROM x_schedules WHERE key = %(key)s
+
+-- name: schedule_advance
+-- Only the first worker to bring a tick gets a row back; the others find last_tick already there.
+UPDATE x_schedules SET last_tick = %(tick)s, updated_at = %(now)s, last_job_id = NULL
+WHERE key = %(key)s AND last_tick < %(tick)s
+RETURNING paused
+
+-- name: schedule_job
+UPDATE x_schedules SET last_job_id = %(job_id)s WHERE key = %(key)s
+
+-- name: schedule_set_paused
+-- Pause or resume, and its audit row, in one statement; `changed` compares with the row before.
+WITH before AS (
+    SELECT coalesce((SELECT paused FROM x_schedules WHERE key = %(key)s), false) AS paused
+), upserted AS (
+    INSERT INTO x_schedules (key, last_tick, paused, changed_at, changed_by, updated_at)
+    VALUES (%(key)s, %(now)s, %(paused)s, %(now)s, %(actor)s, %(now)s)
+    ON CONFLICT (key) DO UPDATE
+    SET paused = excluded.paused, changed_at = excluded.changed_at, changed_by = excluded.changed_by
+    WHERE x_schedules.paused <> excluded.paused
+    RETURNING 1
+), audited AS (
+    INSERT INTO x_audit (id, at, actor, action, target, touched, status, finished_at)
+    SELECT %(audit_id)s, %(now)s, %(actor)s, %(action)s, %(target)s,
+           CASE WHEN before.paused <> %(paused)s THEN 1 ELSE 0 END, 'completed', %(now)s
+    FROM before
+)
+SELECT before.paused <> %(paused)s AS changed, (SELECT count(*) FROM upserted) AS written FROM before
+
+-- name: schedules_list
+SELECT * FROM x_schedules ORDER BY key

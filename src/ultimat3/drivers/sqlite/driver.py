@@ -37,6 +37,7 @@ from ultimat3.drivers.protocol import (
     MigrationLedger,
     NackRequest,
     QueueControl,
+    ScheduleStore,
     StepStore,
     WakeCallback,
     WorkerRegistry,
@@ -50,6 +51,7 @@ from ultimat3.drivers.sqlite.rows import (
     job_record_of,
     result_text,
 )
+from ultimat3.drivers.sqlite.schedules import SqliteScheduleStore
 from ultimat3.drivers.sqlite.statements import split_statements
 from ultimat3.drivers.sqlite.stores import (
     SqliteBackfillLedger,
@@ -171,6 +173,7 @@ class SqliteDriver:
         self.workers: WorkerRegistry = SqliteWorkerRegistry(self)
         self.queues: QueueControl = SqliteQueueControl(self)
         self.audit: AuditLog = SqliteAuditLog(self)
+        self.schedules: ScheduleStore = SqliteScheduleStore(self)
 
     def __repr__(self) -> str:
         return f"SqliteDriver({self.path!r})"

@@ -417,3 +417,29 @@ SET state = 'ready', claim_token = NULL, visible_at = NULL, claimed_by = NULL,
     last_error = :error, updated_at = :now
 WHERE state = 'running' AND claimed_by = :worker
 RETURNING id, queue;
+
+-- name: schedule_register
+INSERT INTO x_schedules (key, last_tick, updated_at) VALUES (:key, :start, :now)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: schedule_get
+SELECT * FROM x_schedules WHERE key = :key;
+
+-- name: schedule_advance
+-- Under the write lock: only the first process to bring a tick gets a row back.
+UPDATE x_schedules SET last_tick = :tick, updated_at = :now, last_job_id = NULL
+WHERE key = :key AND last_tick < :tick
+RETURNING paused;
+
+-- name: schedule_job
+UPDATE x_schedules SET last_job_id = :job_id WHERE key = :key;
+
+-- name: schedule_insert_paused
+INSERT INTO x_schedules (key, last_tick, paused, changed_at, changed_by, updated_at)
+VALUES (:key, :now, :paused, :now, :actor, :now);
+
+-- name: schedule_update_paused
+UPDATE x_schedules SET paused = :paused, changed_at = :now, changed_by = :actor WHERE key = :key;
+
+-- name: schedules_list
+SELECT * FROM x_schedules ORDER BY key;

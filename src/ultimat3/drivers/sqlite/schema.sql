@@ -46,6 +46,9 @@ CREATE TABLE x_migrations ( id TEXT PRIMARY KEY, applied_at REAL NOT NULL, -- "O
 -- table x_queues
 CREATE TABLE x_queues ( queue TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), changed_at REAL NOT NULL, changed_by TEXT NOT NULL );
 
+-- table x_schedules
+CREATE TABLE x_schedules ( key TEXT PRIMARY KEY, last_tick REAL NOT NULL, last_job_id TEXT, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), changed_at REAL, changed_by TEXT, updated_at REAL NOT NULL );
+
 -- table x_workers
 CREATE TABLE x_workers ( id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, concurrency INTEGER NOT NULL, queues TEXT, started_at REAL NOT NULL, last_seen_at REAL NOT NULL, clock_offset REAL, wakeups TEXT );
 

@@ -17,7 +17,7 @@ A third-party driver proves itself with one test module::
 
 Split by concern (``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
 ``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``operator``, ``prune``, ``queues``,
-``subscribe``, ``transactions``, ``workers``): a module
+``schedules``, ``subscribe``, ``transactions``, ``workers``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
@@ -41,6 +41,7 @@ CONCERNS = (
     "operator",
     "prune",
     "queues",
+    "schedules",
     "settle",
     "steps",
     "subscribe",
