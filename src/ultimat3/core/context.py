@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Literal, cast, get_args
 
 from ultimat3.core.errors import check
@@ -81,6 +82,8 @@ class Ctx:
     cross_tenant_reason: str | None = None
     #: Capabilities granted for a scope (see :class:`Grant`); only live ones count.
     grants: tuple[Grant, ...] = ()
+    #: In a run enqueued by a schedule: the tick it was enqueued for (an aware UTC datetime).
+    tick: datetime | None = None
 
     def holds(self, *scopes: str) -> bool:
         """Whether a LIVE grant of any of ``scopes`` is on this context."""

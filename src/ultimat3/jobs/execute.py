@@ -22,6 +22,7 @@ from ultimat3.drivers.protocol import ClaimedJob, JobDriver, NackRequest
 from ultimat3.drivers.values import Serialized, storable, strict_dumps
 from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.job import JobHandle, get_job
+from ultimat3.jobs.schedule import tick_of
 from ultimat3.jobs.signal import AbortSignal
 from ultimat3.jobs.steps import AsyncStep, SuspendRun, SyncStep
 from ultimat3.tenancy.enqueue import check_stored_tenant
@@ -77,6 +78,7 @@ def run_ctx(claimed: ClaimedJob, environment: Environment) -> Ctx:
         actor=Actor(id=f"job:{job.name}:{job.id}", org_id=job.tenant_id),
         environment=environment,
         traceparent=job.traceparent,
+        tick=tick_of(job.enqueued_by),
     )
 
 

@@ -22,6 +22,7 @@ from ultimat3.drivers.protocol import DEFAULT_QUEUE, EnqueueRequest, EnqueueResu
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
+from ultimat3.jobs.schedule import Schedule
 from ultimat3.tenancy.enqueue import check_enqueue
 
 if TYPE_CHECKING:
@@ -147,6 +148,8 @@ class JobHandle(Generic[InT]):
         #: the row as claimed and the error kept on it. A run can die without its handler running
         #: (its attempts spent by lost workers), so cleanup that the handler cannot do lives here.
         self.on_dead: Callable[[JobDriver, JobRecord, str | None], None] | None = None
+        #: The schedules that enqueue this job periodically (see :mod:`ultimat3.jobs.schedule`).
+        self.schedules: tuple[Schedule, ...] = ()
 
     def __repr__(self) -> str:
         return f"<job {self.name!r} queue={self.queue!r}>"
@@ -389,6 +392,7 @@ def job(
     timeout: DurationInput | None = None,
     idempotency_key: Callable[[NoInput], str] | None = None,
     priority: int = 0,
+    schedule: Schedule | Sequence[Schedule] | None = None,
 ) -> Callable[[Handler], JobHandle[NoInput]]: ...
 
 
@@ -403,6 +407,7 @@ def job(
     timeout: DurationInput | None = None,
     idempotency_key: Callable[[M], str] | None = None,
     priority: int = 0,
+    schedule: Schedule | Sequence[Schedule] | None = None,
 ) -> Callable[[Handler], JobHandle[M]]: ...
 
 
@@ -416,12 +421,15 @@ def job(
     timeout: DurationInput | None = None,
     idempotency_key: Callable[[Any], str] | None = None,
     priority: int = 0,
+    schedule: Schedule | Sequence[Schedule] | None = None,
 ) -> Callable[[Handler], JobHandle[Any]]:
     """Declare a job over an ``async def`` or plain ``def`` handler ``(input, ctx, step)``.
 
     ``name`` (unique per process, a durable key) and ``tenant`` (a callable ``input -> org_id``,
     or ``'none'``) are required. ``input`` is a pydantic model validated at enqueue. ``timeout``
     is per attempt. ``idempotency_key(input) -> str`` dedupes live runs per (name, key).
+    ``schedule``: one :func:`~ultimat3.jobs.schedule.cron` or :func:`~ultimat3.jobs.schedule.every`
+    (or a list of them, each with a ``name=``) that workers fire once per tick.
     """
     if not (isinstance(name, str) and _NAME.match(name) is not None):
         fail(
@@ -488,10 +496,48 @@ def job(
             origin=_origin_of(handler),
         )
         handle.takes_step = takes_step
+        handle.schedules = _checked_schedules(handle, schedule)
         _registry.add(handle)
         return handle
 
     return declare
+
+
+def _checked_schedules(handle: JobHandle[Any], schedule: Schedule | Sequence[Schedule] | None) -> tuple[Schedule, ...]:
+    """The job's schedules, refused where they are declared when they could never fire."""
+    name = handle.name
+    if schedule is None:
+        return ()
+    schedules = (schedule,) if isinstance(schedule, Schedule) else tuple(schedule) if isinstance(
+        schedule, Sequence) and not isinstance(schedule, str) else None
+    if schedules is None or not all(isinstance(s, Schedule) for s in schedules):
+        fail(f'job "{name}" declares schedule={schedule!r}',
+             'write schedule=cron("0 3 * * *") or every("5m") (or a list of them), from ultimat3.jobs',
+             code="X_SCHEDULE")
+    keys = [s.key(name) for s in schedules]
+    if len(set(keys)) != len(keys):
+        fail(f'job "{name}" declares {len(schedules)} schedules that share a name',
+             'name each: schedule=[cron("0 3 * * *", name="nightly"), every("1h", name="hourly")]',
+             code="X_SCHEDULE_NAME")
+    for s in schedules:
+        if callable(s.input):
+            try:
+                inspect.signature(s.input).bind(None)
+            except TypeError:
+                fail(f'job "{name}" schedule {s.describe()}: input={s.input!r} cannot be called with the tick',
+                     "pass input=lambda tick: {...} (tick is an aware UTC datetime), or a fixed dict",
+                     code="X_SCHEDULE_INPUT")
+            except ValueError:  # no signature to read (a builtin): called as it is
+                pass
+            continue
+        try:
+            handle.parse_input(s.build_input(0.0))
+        except XError as error:
+            hint = ("give the schedule an input: cron(..., input={...}) or input=lambda tick: {...}"
+                    if s.input is None else "give an input the job's model accepts")
+            fail(f'job "{name}" schedule {s.describe()} cannot build its input: {error.message}', hint,
+                 code="X_SCHEDULE_INPUT")
+    return schedules
 
 
 def _takes_step(name: str, handler: Callable[..., Any]) -> bool:

@@ -29,7 +29,8 @@ from cronsim import CronSim, CronSimError
 from ultimat3.core.errors import fail
 from ultimat3.jobs.duration import DurationInput, parse_duration
 
-__all__ = ["CATCH_UP_LIMIT", "CatchUp", "Schedule", "ScheduleInput", "cron", "every"]
+__all__ = ["CATCH_UP_LIMIT", "SCHEDULE_PREFIX", "CatchUp", "Schedule", "ScheduleInput", "cron", "every", "tick_of",
+           "tick_text"]
 
 CatchUp = Literal["latest", "all", "skip"]
 #: ``catch_up="all"`` fires at most this many missed ticks (the newest ones), however long the gap.
@@ -39,6 +40,24 @@ SKIP_GRACE = 60.0
 #: The input of each run: a mapping (or model) fixed at declaration, or built from the tick time.
 ScheduleInput = Mapping[str, Any] | Any | Callable[[datetime], Any] | None
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+#: ``enqueued_by`` of a scheduled run: ``schedule:<key>@<tick ISO-8601>``.
+SCHEDULE_PREFIX = "schedule:"
+
+
+def tick_text(tick: float) -> str:
+    """A tick as ISO-8601 UTC with a ``Z`` (what keys and ``enqueued_by`` carry)."""
+    return datetime.fromtimestamp(tick, UTC).isoformat().replace("+00:00", "Z")
+
+
+def tick_of(enqueued_by: str | None) -> datetime | None:
+    """The tick a scheduled run was enqueued for, read from its ``enqueued_by`` (else ``None``)."""
+    if not enqueued_by or not enqueued_by.startswith(SCHEDULE_PREFIX) or "@" not in enqueued_by:
+        return None
+    try:
+        return datetime.fromisoformat(enqueued_by.rsplit("@", 1)[1].replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,26 @@ class Schedule:
             seconds = moment.timestamp()
             if seconds > after:
                 yield seconds
+
+    def ticks_between(self, after: float, until: float, *, limit: int | None) -> list[float]:
+        """The ticks in ``(after, until]``, oldest first; only the newest ``limit`` when given."""
+        if until <= after:
+            return []
+        if self.interval is not None:
+            last = math.floor(until / self.interval)
+            first = math.floor(after / self.interval) + 1
+            if limit is not None:
+                first = max(first, last - limit + 1)
+            return [k * self.interval for k in range(first, last + 1)]
+        found: list[float] = []
+        for moment in CronSim(self.expression, self._local(until + 60.0), reverse=True):
+            seconds = moment.timestamp()
+            if seconds > until:
+                continue
+            if seconds <= after or (limit is not None and len(found) >= limit):
+                break
+            found.append(seconds)
+        return found[::-1]
 
     def next_after(self, after: float) -> float:
         """The first tick strictly after ``after``."""

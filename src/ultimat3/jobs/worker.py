@@ -23,6 +23,8 @@ from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName, WorkerInfo
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
+from ultimat3.jobs.schedule import tick_text
+from ultimat3.jobs.scheduler import Scheduler, declared_schedules
 from ultimat3.jobs.signal import AbortSignal
 
 log = logging.getLogger("ultimat3.worker")
@@ -31,13 +33,16 @@ _throttled = ThrottledLog(log)
 MAX_ACK_BATCH = 100
 #: Poll interval while a driver that should be woken by NOTIFY is not (a transaction-mode pooler).
 POLL_FLOOR = 0.25
+#: A worker that fires schedules looks at them at least this often (seconds), tick or not.
+SCHEDULE_RECHECK = 5.0
 T = TypeVar("T")
 
 
 #: What a worker event reports: a claim batch, how one attempt settled ("fenced": the write was
-#: refused because the attempt no longer held its claim), or a job this worker rescued from a dead one.
+#: refused because the attempt no longer held its claim), a job this worker rescued from a dead one, or
+#: a schedule's tick this worker fired ("scheduled", with the enqueued job's id).
 WorkerEventKind = Literal["claimed", "done", "retry", "dead", "suspended", "aborted", "released", "fenced",
-                          "rescued"]
+                          "rescued", "scheduled"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class Worker:
         ack_delay: float = 0.002,
         unknown_names_interval: float = 300.0,
         liveness_interval: float | None = 1.0,
+        schedules: bool = True,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -132,6 +138,9 @@ class Worker:
             code="X_WORKER_CONFIG",
         )
         self.liveness_interval = liveness_interval
+        #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
+        #: fires once whichever gets there first).
+        self.fire_schedules = schedules
         self._rand = rand
         self._registered = False
         self.poll_interval = poll_interval
@@ -414,6 +423,26 @@ class Worker:
                 _throttled.warning("unknown-names", "could not list waiting job names (%s)", first_line(str(error)))
             await asyncio.sleep(self.unknown_names_interval)
 
+    async def _schedules(self) -> None:
+        # Wake at each tick (re-checking at least every SCHEDULE_RECHECK seconds for rows another
+        # process moved or an operator paused) and offer what is due; see jobs/scheduler.py.
+        names = set(self.names)
+        scheduler = Scheduler(self.driver, [d for d in declared_schedules() if d.handle.name in names],
+                              environment=self.environment)
+        if not scheduler.schedules:
+            return
+        log.info("worker %s fires %d schedule(s): %s", self.worker_id, len(scheduler.schedules),
+                 ", ".join(d.key for d in scheduler.schedules))
+        while True:
+            fired = await self._io(scheduler.run_once, self.driver.clock.now())
+            for key, result in fired:
+                if result.job is not None:
+                    log.info("schedule %s fired its %s tick: job %s", key, tick_text(result.tick), result.job.id,
+                             extra={"schedule": key, "job_id": result.job.id})
+                    self._emit(WorkerEvent("scheduled", self.worker_id, job_id=result.job.id))
+            now = self.driver.clock.now()
+            await asyncio.sleep(min(SCHEDULE_RECHECK, max(0.0, scheduler.next_wake(now) - now)) + 0.005)
+
     # -- loops ----------------------------------------------------------------------------------
 
     def _bind(self) -> Callable[[], None]:
@@ -436,6 +465,7 @@ class Worker:
             liveness = asyncio.ensure_future(self._liveness(self.liveness_interval))
         beats = asyncio.ensure_future(self._heartbeats())
         watch = asyncio.ensure_future(self._watch_unknown_names())
+        ticks = asyncio.ensure_future(self._schedules()) if self.fire_schedules else None
         log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
         try:
             while not self._stopping:
@@ -461,6 +491,8 @@ class Worker:
         finally:
             beats.cancel()
             watch.cancel()
+            if ticks is not None:
+                ticks.cancel()
             if liveness is not None:
                 liveness.cancel()
             # After the shutdown released what it held: nothing is left for a rescuer to take.
