@@ -11,6 +11,7 @@ from ultimat3.backfill import Batch, backfill, engine_for_url
 from ultimat3.core import Ctx
 from ultimat3.drivers import database_url
 from ultimat3.jobs import RetryPolicy, SyncStep, job
+from ultimat3.jobs.schedule import cron, every
 from ultimat3.tenancy import tenanted
 
 metadata = MetaData()
@@ -41,6 +42,21 @@ class Ping(BaseModel):
 def ping(input: Ping, ctx: Ctx, step: SyncStep) -> int:
     """Echo ``n`` after recording it as a step."""
     return step.run("echo", lambda: input.n)
+
+
+class Digest(BaseModel):
+    """Input of ``cli.digest``: which digest to build."""
+
+    kind: str = "daily"
+
+
+@job(name="cli.digest", tenant="none", input=Digest, schedule=[
+    cron("0 3 * * *", tz="Europe/Berlin", name="nightly"),
+    every("1h", name="hourly", input={"kind": "hourly"}),
+])
+def digest(input: Digest, ctx: Ctx) -> str:
+    """A periodic job with two schedules."""
+    return input.kind
 
 
 def _upper(batch: Batch) -> None:

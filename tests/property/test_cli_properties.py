@@ -58,6 +58,9 @@ COMMANDS = st.one_of(
     argv_texts.map(lambda s: ["queues", s]),
     argv_texts.map(lambda s: ["audit", "ls", "--action", s, "--json"]),
     st.just(["queues", "ls", "--json"]),
+    argv_texts.map(lambda s: ["schedules", "run", s]),
+    argv_texts.map(lambda s: ["schedules", "pause", s, "--json"]),
+    st.just(["schedules", "ls", "--json"]),
 )
 
 

@@ -60,10 +60,12 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
 @click.option("--start-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to keep retrying an unreachable database at start (with backoff).")
 @click.option("--fail-fast", is_flag=True, help="Exit at once if the database is unreachable at start.")
+@click.option("--no-schedules", is_flag=True,
+              help="Do not fire the schedules of the jobs this worker runs (other workers still do).")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
                    grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
-                   fail_fast: bool) -> None:
+                   fail_fast: bool, no_schedules: bool) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
     config.load_apps()
     check(
@@ -76,7 +78,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
     driver = connect_with_retry(config, timeout=0 if fail_fast else start_timeout)
     worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
-                    environment=config.environment)
+                    environment=config.environment, schedules=not no_schedules)
     click.echo(f"worker {worker.worker_id} on {driver.name}: {len(worker.names)} job(s), "
                f"concurrency {concurrency}", err=True)
     worker.run_forever()
