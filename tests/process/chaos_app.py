@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from ultimat3.backfill import Batch, backfill
 from ultimat3.core import Ctx
 from ultimat3.jobs import JobHandle, RetryPolicy, SyncStep, job
+from ultimat3.jobs.schedule import every
 
 #: Generous: a job whose workers keep getting killed must not run out of attempts (each claim of a
 #: killed worker burns one), and an app write refused by a locked/restarting database retries fast.
@@ -243,13 +244,22 @@ def _sweep_handle(batch: Batch) -> None:
     time.sleep(0.02)
 
 
-def declare() -> dict[str, JobHandle[Any]]:
-    """Declare the app's jobs and its backfill in the current registry; returns them by name."""
+def _tick(input: Any, ctx: Ctx) -> str | None:
+    return None if ctx.tick is None else ctx.tick.isoformat()
+
+
+def declare(*, ticks: bool = False) -> dict[str, JobHandle[Any]]:
+    """Declare the app's jobs and its backfill in the current registry; returns them by name. With
+    ``ticks``, also ``chaos.tick``: a job every worker fires once a second (its schedule)."""
     effect = job(name="chaos.effect", tenant="none", input=Effect, retry=CHAOS_RETRY)(_effect)
     block = job(name="chaos.block", tenant="none", input=Block, retry=CHAOS_RETRY)(_block)
     sweep = backfill(engine="job-store", name="chaos.sweep", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
                      handle=_sweep_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
-    return {effect.name: effect, block.name: block, sweep.name: sweep}
+    declared: dict[str, JobHandle[Any]] = {effect.name: effect, block.name: block, sweep.name: sweep}
+    if ticks:
+        tick = job(name="chaos.tick", tenant="none", schedule=every("1s"))(_tick)
+        declared[tick.name] = tick
+    return declared
 
 
 def worker_id_from_env() -> str:

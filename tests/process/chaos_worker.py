@@ -49,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=0.2)
     parser.add_argument("--grace", type=float, default=2.0)
     parser.add_argument("--liveness", type=float, default=1.0, help="probe interval; 0 turns the registry off")
+    parser.add_argument("--ticks", type=int, default=0, help="1: also declare chaos.tick (a 1 s schedule)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.worker_id} %(levelname)s %(name)s %(message)s")
     chaos_app.configure(args.app_db, args.worker_id)
-    chaos_app.declare()
+    chaos_app.declare(ticks=bool(args.ticks))
     # The tests and the workers share one file: migrations are idempotent, the tables exist already.
     driver = create_driver(args.url, migrate=False)
     lock = threading.Lock()
