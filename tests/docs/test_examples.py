@@ -1,4 +1,4 @@
-"""The README's backfill example declares what it says, and the README's first command works."""
+"""The README's backfill and schedule examples declare what they say, and the README's first command works."""
 
 from __future__ import annotations
 
@@ -38,6 +38,26 @@ def test_readme_backfill_example_declares_a_backfill(tmp_path: Path, monkeypatch
         assert declared["environments"] == ["staging", "production"]
         assert declared["counts"] is True
         assert get_backfill("shop.normalize_emails") is not None
+
+
+def test_readme_schedule_example_declares_two_schedules_that_fire(tmp_path: Path) -> None:
+    from ultimat3.core.clock import ManualClock
+    from ultimat3.drivers.memory.driver import MemoryDriver
+    from ultimat3.jobs.scheduler import Scheduler, declared_schedules
+
+    with isolated_registry():
+        source = tmp_path / "readme_schedules.py"
+        source.write_text(readme_block("reports.daily"), encoding="utf-8")
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), {"__name__": "readme_schedules"})
+        declared = declared_schedules()
+        assert [d.key for d in declared] == ["reports.daily:nightly", "reports.daily:refresh"]
+        clock = ManualClock(1_800_000_000.0)
+        driver = MemoryDriver(clock)
+        scheduler = Scheduler(driver, declared)
+        scheduler.run_once(clock.now())
+        clock.advance(86_400)
+        assert {key for key, _ in scheduler.run_once(clock.now())} == {"reports.daily:nightly",
+                                                                      "reports.daily:refresh"}
 
 
 @pytest.mark.process
