@@ -281,10 +281,15 @@ class Needs(BaseModel):
     (lambda: every("5m", name="bad name"), "X_SCHEDULE_NAME"),
     (lambda: every("5m", jitter="-1s"), "X_DURATION"),
 ])
-def test_a_bad_schedule_is_refused_where_it_is_written(declare: Any, code: str) -> None:
+def test_a_bad_schedule_is_refused_where_it_is_written_naming_the_job(
+        registry: None, declare: Any, code: str) -> None:
     with pytest.raises(XError) as raised:
-        declare()
+        job(name="billing.remind", tenant="none", schedule=declare())(lambda i, ctx: None)
     assert raised.value.code == code and raised.value.hint
+    assert raised.value.message.startswith('job "billing.remind" declares ')
+    with pytest.raises(XError) as again:
+        declare().check()  # outside a job, on demand
+    assert again.value.code == code
 
 
 @pytest.mark.parametrize(("kwargs", "code", "words"), [

@@ -514,6 +514,9 @@ def _checked_schedules(handle: JobHandle[Any], schedule: Schedule | Sequence[Sch
         fail(f'job "{name}" declares schedule={schedule!r}',
              'write schedule=cron("0 3 * * *") or every("5m") (or a list of them), from ultimat3.jobs',
              code="X_SCHEDULE")
+    for s in schedules:
+        if s.invalid is not None:
+            fail(f'job "{name}" declares {s.invalid.message}', s.invalid.hint, code=s.invalid.code)
     keys = [s.key(name) for s in schedules]
     if len(set(keys)) != len(keys):
         fail(f'job "{name}" declares {len(schedules)} schedules that share a name',

@@ -19,14 +19,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ultimat3.core.errors import fail
+from ultimat3.core.errors import ConfigError, fail
 from ultimat3.jobs.duration import DurationInput, parse_duration
 
 __all__ = ["CATCH_UP_LIMIT", "SCHEDULE_PREFIX", "CatchUp", "Schedule", "ScheduleInput", "cron", "every", "tick_of",
@@ -79,6 +79,14 @@ class Schedule:
     catch_up: CatchUp
     jitter: float
     name: str | None
+    #: Why this schedule can never fire (a bad field): :func:`~ultimat3.jobs.job` raises it, naming
+    #: the job it was declared on; :meth:`check` raises it anywhere else.
+    invalid: ConfigError | None = field(default=None, compare=False)
+
+    def check(self) -> None:
+        """Raise the coded reason this schedule can never fire, if it has one."""
+        if self.invalid is not None:
+            raise self.invalid
 
     def describe(self) -> str:
         """``cron 0 3 * * * (Europe/Berlin)`` or ``every 5m``."""
@@ -159,7 +167,32 @@ def _common(kind: str, catch_up: object, jitter: DurationInput, name: object, wh
 def cron(expression: str, *, tz: str = "UTC", input: ScheduleInput = None, catch_up: CatchUp = "latest",
          jitter: DurationInput = 0, name: str | None = None) -> Schedule:
     """A schedule from a five-field cron expression (minute hour day month weekday), evaluated in
-    the IANA time zone ``tz``. See the module docstring for what happens across DST changes."""
+    the IANA time zone ``tz``. See the module docstring for what happens across DST changes.
+
+    A bad field does not raise here: the job it is declared on refuses it, naming the job (call
+    :meth:`Schedule.check` to raise it yourself)."""
+    try:
+        return _cron(expression, tz=tz, input=input, catch_up=catch_up, jitter=jitter, name=name)
+    except ConfigError as error:
+        return Schedule(kind="cron", expression=str(expression), tz=str(tz), interval=None, input=input,
+                        catch_up="latest", jitter=0.0, name=None, invalid=error)
+
+
+def every(interval: DurationInput, *, input: ScheduleInput = None, catch_up: CatchUp = "latest",
+          jitter: DurationInput = 0, name: str | None = None) -> Schedule:
+    """A schedule that ticks every ``interval`` ("30s", "5m", a number of seconds, a timedelta), at
+    whole multiples of it since the Unix epoch (``every("1h")`` fires on the hour, UTC).
+
+    A bad value does not raise here: the job it is declared on refuses it, naming the job."""
+    try:
+        return _every(interval, input=input, catch_up=catch_up, jitter=jitter, name=name)
+    except ConfigError as error:
+        return Schedule(kind="every", expression=str(interval), tz="UTC", interval=None, input=input,
+                        catch_up="latest", jitter=0.0, name=None, invalid=error)
+
+
+def _cron(expression: str, *, tz: str, input: ScheduleInput, catch_up: CatchUp, jitter: DurationInput,
+          name: str | None) -> Schedule:
     what = f"cron({expression!r})"
     if not isinstance(expression, str) or not expression.strip():
         fail(f"{what} is not a cron expression", 'write five fields, e.g. cron("0 3 * * *") for 03:00 daily',
@@ -181,10 +214,8 @@ def cron(expression: str, *, tz: str = "UTC", input: ScheduleInput = None, catch
                     jitter=seconds, name=name)
 
 
-def every(interval: DurationInput, *, input: ScheduleInput = None, catch_up: CatchUp = "latest",
-          jitter: DurationInput = 0, name: str | None = None) -> Schedule:
-    """A schedule that ticks every ``interval`` ("30s", "5m", a number of seconds, a timedelta), at
-    whole multiples of it since the Unix epoch (``every("1h")`` fires on the hour, UTC)."""
+def _every(interval: DurationInput, *, input: ScheduleInput, catch_up: CatchUp, jitter: DurationInput,
+           name: str | None) -> Schedule:
     what = f"every({interval!r})"
     seconds = parse_duration(interval, what=what)
     if seconds <= 0:
