@@ -715,6 +715,18 @@ class JobDriver(Protocol):
         """Write several jobs in one transaction, with the same per-request rules as ``enqueue``."""
         ...
 
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for async callers, never blocking the event loop. ``connection`` is
+        the caller's own ASYNC transaction (a SQLAlchemy ``AsyncConnection``/``AsyncSession``, a
+        ``psycopg.AsyncConnection`` or an ``asyncpg.Connection``, as the driver supports): the jobs
+        exist if and only if it commits, and this process's workers are woken at that commit."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what this driver holds for the running event loop (its async pool); call it
+        before the loop ends. :meth:`close` releases the rest."""
+        ...
+
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Atomically move up to ``request.limit`` runnable jobs to ``running`` for this worker,
         incrementing ``attempt``, setting ``visible_at = now + visibility_timeout`` and minting a

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import re
@@ -311,14 +310,35 @@ class JobHandle(Generic[InT]):
         run_at: datetime | None = None,
         priority: int | None = None,
         on_conflict: OnConflict = "return",
+        connection: Any = None,
         driver: JobDriver | None = None,
     ) -> EnqueueResult:
-        """:meth:`enqueue` from async code, off the event loop (no ``connection``: use the sync form
-        inside a transaction)."""
-        return await asyncio.to_thread(
-            self.enqueue, input, delay=delay, run_at=run_at, priority=priority,
-            on_conflict=on_conflict, driver=driver,
-        )
+        """:meth:`enqueue` from async code, on the event loop (no thread hop per job).
+
+        ``connection``: the caller's open ASYNC transaction (a SQLAlchemy ``AsyncConnection`` or
+        ``AsyncSession`` on ``postgresql+psycopg``, ``postgresql+asyncpg`` or ``sqlite+aiosqlite``,
+        a ``psycopg.AsyncConnection``, an ``asyncpg.Connection``): the job exists if and only if
+        that transaction commits. Validation, tenancy and idempotency are the sync form's.
+        """
+        return (await self.aenqueue_many([input], delay=delay, run_at=run_at, priority=priority,
+                                         on_conflict=on_conflict, connection=connection, driver=driver))[0]
+
+    async def aenqueue_many(
+        self,
+        inputs: Sequence[InT | Mapping[str, Any] | None],
+        *,
+        delay: DurationInput | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        on_conflict: OnConflict = "return",
+        connection: Any = None,
+        driver: JobDriver | None = None,
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` from async code: every input validated first, then all or nothing."""
+        target = self._driver(driver)
+        requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
+                                                         on_conflict=on_conflict), target)
+        return await target.aenqueue_many(requests, connection=connection)
 
     def enqueue_many(
         self,
@@ -333,7 +353,12 @@ class JobHandle(Generic[InT]):
     ) -> list[EnqueueResult]:
         """Validate every input first, then queue them all in one transaction (all or nothing)."""
         target = self._driver(driver)
-        options = EnqueueOptions(delay=delay, run_at=run_at, priority=priority, on_conflict=on_conflict)
+        requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
+                                                         on_conflict=on_conflict), target)
+        return target.enqueue_many(requests, connection=connection)
+
+    def _requests(self, inputs: Sequence[InT | Mapping[str, Any] | None], options: EnqueueOptions,
+                  target: JobDriver) -> list[EnqueueRequest]:
         ctx = current_ctx()
         now = self._now(target)
         requests = []
@@ -341,10 +366,11 @@ class JobHandle(Generic[InT]):
             try:
                 requests.append(self.build_request(value, options, now=now, ctx=ctx))
             except XError as error:
-                error.message = f"inputs[{index}]: {error.message}"
-                error.args = (error.message,)
+                if len(inputs) > 1:
+                    error.message = f"inputs[{index}]: {error.message}"
+                    error.args = (error.message,)
                 raise
-        return target.enqueue_many(requests, connection=connection)
+        return requests
 
 
 def _non_finite_at(value: Any, path: str) -> str | None:

@@ -183,6 +183,13 @@ class MemoryDriver:
         self._wake(woken)
         return results
 
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for async callers (no I/O here: it runs on the loop at once)."""
+        return self.enqueue_many(requests, connection)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens."""
         if request.limit < 1:

@@ -36,6 +36,7 @@ from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.postgres.aio import AsyncPools, enqueue_on_async, enqueue_on_pooled
 from ultimat3.drivers.postgres.database import (
     CONNECT_TIMEOUT,
     _all_or_nothing,
@@ -201,6 +202,7 @@ class PostgresDriver:
             name=f"ultimat3-{channel}",
             timeout=10.0,
         )
+        self._async_pools = AsyncPools(self._conninfo, max_size=max_size, name=f"ultimat3-{channel}")
         self._reference: ReferenceClock | None = None
         if clock is None:
             # One clock for the fleet: the server's, measured here and followed between samples.
@@ -313,6 +315,7 @@ class PostgresDriver:
             with suppress(Exception), self._pool.connection(timeout=1.0) as conn:
                 conn.execute(_Q["notify"], {"channel": listener.wake_channel, "queues": ["stop"]})
             listener.join(timeout=5.0)
+        self._async_pools.close()
         self._pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -330,6 +333,32 @@ class PostgresDriver:
         if not result.deduped:
             self._wake([request.queue])
         return result
+
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for async callers, on the event loop: in the caller's async
+        transaction (``connection``), else on this driver's async pool (one per event loop)."""
+        if not requests:
+            return []
+        now = self.clock.now()
+        staged = [_Staged(request, now) for request in requests]
+        if connection is not None:
+            return await enqueue_on_async(self, connection, staged)
+        pool = await self._async_pools.get()
+        try:
+            async with pool.connection() as conn:
+                results = await enqueue_on_pooled(conn, staged, self.channel)
+        except psycopg.OperationalError:
+            # The connection died (a restart, a pooler): one more try on a fresh one, unless the
+            # first one committed before the reply was lost (then every id is there).
+            async with pool.connection() as conn:
+                results = await enqueue_on_pooled(conn, staged, self.channel, retrying=True)
+        self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
+        return results
+
+    async def aclose(self) -> None:
+        """Close this event loop's async pool (call it before the loop ends; :meth:`close` does
+        the rest)."""
+        await self._async_pools.aclose()
 
     def _enqueue_one(self, conn: Conn, staged: _Staged, retrying: bool, prepare: bool | None = None) -> EnqueueResult:
         # prepare=False on a caller's connection: never a named prepared statement there, whatever

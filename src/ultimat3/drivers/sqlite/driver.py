@@ -43,6 +43,7 @@ from ultimat3.drivers.protocol import (
     WorkerRegistry,
 )
 from ultimat3.drivers.sql import Migration, load_migrations
+from ultimat3.drivers.sqlite.aio import AsyncWriter, enqueue_on_async
 from ultimat3.drivers.sqlite.files import DEFAULT_SQLITE_FILE_MODE, is_memory_path, sqlite_file_mode, sqlite_path
 from ultimat3.drivers.sqlite.operations import SqliteAuditLog, SqliteQueueControl, sqlite_bulk
 from ultimat3.drivers.sqlite.rows import (
@@ -174,6 +175,7 @@ class SqliteDriver:
         self.queues: QueueControl = SqliteQueueControl(self)
         self.audit: AuditLog = SqliteAuditLog(self)
         self.schedules: ScheduleStore = SqliteScheduleStore(self)
+        self._async_writer = AsyncWriter(self)
 
     def __repr__(self) -> str:
         return f"SqliteDriver({self.path!r})"
@@ -389,6 +391,20 @@ class SqliteDriver:
             return []
         return self._enqueue(requests, connection, atomic=True)
 
+    async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for async callers: in the caller's ``sqlite+aiosqlite`` transaction
+        (``connection``), else through this driver's one writer thread, which commits every call
+        pending at that moment together (the event loop never waits on the file)."""
+        if not requests:
+            return []
+        jobs = [stage(request) for request in requests]
+        if connection is not None:
+            return await enqueue_on_async(self, connection, jobs)
+        return await self._async_writer.submit(jobs)
+
+    async def aclose(self) -> None:
+        """Nothing is bound to an event loop here; :meth:`close` releases everything."""
+
     def _enqueue(self, requests: Sequence[EnqueueRequest], connection: Any, *, atomic: bool) -> list[EnqueueResult]:
         jobs = [stage(request) for request in requests]
         if connection is None:
@@ -597,6 +613,7 @@ class SqliteDriver:
 
     def close(self) -> None:
         """Close every connection this driver opened (threads reopen on their next call)."""
+        self._async_writer.close()
         with self._lock:
             connections, self._connections = self._connections, []
             self._generation += 1

@@ -15,7 +15,7 @@ A third-party driver proves itself with one test module::
         yield built
         built.close()
 
-Split by concern (``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
+Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
 ``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``operator``, ``prune``, ``queues``,
 ``schedules``, ``subscribe``, ``transactions``, ``workers``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
@@ -30,6 +30,7 @@ from ultimat3.testing.contract.fixtures import backdoor, clock, first_migrate
 
 #: The concerns, one module each.
 CONCERNS = (
+    "async_enqueue",
     "backfill_ledger",
     "cancel_retry",
     "claim",
