@@ -65,7 +65,7 @@ async def _raw(connection: Any) -> Any:
             if not connection.in_transaction():
                 # What its first execute would do: the caller's commit() then covers the job.
                 await connection.begin()
-            driver_connection = (await connection.get_raw_connection()).driver_connection
+            driver_connection: Any = (await connection.get_raw_connection()).driver_connection
             if type(driver_connection).__module__.startswith("asyncpg") and not driver_connection.is_in_transaction():
                 # SQLAlchemy's asyncpg adapter opens the server transaction at its first statement;
                 # without one, ours would commit on its own instead of with the caller's.
