@@ -8,7 +8,9 @@ at the caller's commit, never before) are exactly the sync form's. Several jobs 
 savepoint, so a failure undoes only ours and the caller's transaction stays theirs.
 
 Without a connection the driver uses a ``psycopg_pool.AsyncConnectionPool`` of its own, one per
-event loop (a pool belongs to the loop that opened it): no thread hop, no blocked loop.
+event loop (a pool belongs to the loop that opened it): no thread hop, no blocked loop. Single-job
+calls are group-committed (:class:`AsyncBatcher`): the calls that arrive while one batch is being
+written go together in the next, one ``enqueue_many`` statement and one commit for all of them.
 ``await driver.aclose()`` closes the pool of the running loop; ``close()`` closes the others whose
 loop can still run them.
 """
@@ -19,19 +21,21 @@ import asyncio
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.postgres.batch import batch_steps, drive_async, race_lost
 from ultimat3.drivers.postgres.rows import _Q, _RACE_RETRIES
 from ultimat3.drivers.protocol import EnqueueResult
 
 if TYPE_CHECKING:
     from ultimat3.drivers.postgres.driver import PostgresDriver, _Staged
 
-__all__ = ["AsyncPools", "dollar_query", "enqueue_on_async", "enqueue_on_pooled"]
+__all__ = ["AsyncBatcher", "AsyncPools", "dollar_query", "enqueue_on_async"]
 
 _NAMED = re.compile(r"%\((\w+)\)s")
 ACCEPTED = ("a psycopg.AsyncConnection, an asyncpg.Connection, or a SQLAlchemy AsyncConnection / AsyncSession on a "
@@ -88,21 +92,6 @@ async def enqueue_on_async(driver: PostgresDriver, connection: Any, staged: Sequ
     )
 
 
-async def enqueue_on_pooled(conn: psycopg.AsyncConnection[Any], staged: Sequence[_Staged], channel: str, *,
-                            retrying: bool = False) -> list[EnqueueResult]:
-    """Write ``staged`` in one transaction on a connection of the driver's own async pool. With
-    ``retrying`` (the last try lost its connection) the jobs are looked up first: a commit whose
-    reply was lost left all of them there, and they are not written twice."""
-    if retrying:
-        async with conn.cursor() as cur:
-            await cur.execute(_Q["jobs_by_ids"], {"ids": [item.id for item in staged]}, prepare=False)
-            found = {row[0]: row[1] for row in await cur.fetchall()}
-        if found:
-            return [EnqueueResult(id=item.id, run_id=found.get(item.id, item.run_id), deduped=False)
-                    for item in staged]
-    return await _on_psycopg(conn, staged, channel)
-
-
 def _result(row: Sequence[Any] | None, staged: _Staged) -> EnqueueResult | None:
     if row is None:
         return None
@@ -127,7 +116,7 @@ async def _on_psycopg(conn: psycopg.AsyncConnection[Any], staged: Sequence[_Stag
                         out.append(result)
                         break
                 else:
-                    raise _race_lost(item)
+                    raise race_lost(item.request)
         return out
 
     if conn.autocommit:
@@ -162,14 +151,8 @@ async def _on_asyncpg(conn: Any, staged: Sequence[_Staged], channel: str) -> lis
                     out.append(result)
                     break
             else:
-                raise _race_lost(item)
+                raise race_lost(item.request)
     return out
-
-
-def _race_lost(item: _Staged) -> DriverError:
-    return DriverError(
-        f'enqueue of "{item.request.name}" kept colliding with live jobs that finished before they could be read',
-        "enqueue it again", code="X_DRIVER_RACE")
 
 
 class AsyncPools:
@@ -181,6 +164,7 @@ class AsyncPools:
         self._name = name
         self._lock = threading.Lock()
         self._pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def get(self) -> AsyncConnectionPool[Any]:
         """The running loop's pool."""
@@ -216,7 +200,8 @@ class AsyncPools:
                 continue
             if loop is current:
                 # Called from async code without aclose(): we cannot wait here, so close in the loop.
-                loop.create_task(pool.close())
+                self._closing.add(task := loop.create_task(pool.close()))
+                task.add_done_callback(self._closing.discard)
             elif loop.is_running():
                 future = asyncio.run_coroutine_threadsafe(pool.close(), loop)
                 try:
@@ -225,3 +210,74 @@ class AsyncPools:
                     continue
             else:
                 loop.run_until_complete(pool.close())
+
+
+@dataclass
+class _Call:
+    staged: Sequence[_Staged]
+    future: asyncio.Future[list[EnqueueResult]]
+
+
+@dataclass
+class _LoopBatches:
+    pending: list[_Call] = field(default_factory=list)
+    writing: bool = False
+    #: The flush running now (held here: the loop keeps only a weak reference to its tasks).
+    task: asyncio.Task[None] | None = None
+
+
+class AsyncBatcher:
+    """Group commit of async enqueues on the driver's pool, per event loop (see the module docstring).
+
+    A call of several jobs, or one that must raise on a duplicate, is written alone (its own
+    transaction: all or nothing, its own error); the others share batches of up to ``max_batch``.
+    """
+
+    def __init__(self, pools: AsyncPools, channel: str, *, max_batch: int = 50) -> None:
+        self._pools = pools
+        self._channel = channel
+        self._max_batch = max_batch
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopBatches] = {}
+
+    async def submit(self, staged: Sequence[_Staged]) -> list[EnqueueResult]:
+        """Write ``staged``; resolves once its transaction has committed."""
+        if len(staged) != 1 or staged[0].request.on_conflict == "error":
+            return await self._write(staged)
+        loop = asyncio.get_running_loop()
+        state = self._loops.setdefault(loop, _LoopBatches())
+        call = _Call(staged, loop.create_future())
+        state.pending.append(call)
+        if not state.writing:
+            state.writing = True
+            state.task = loop.create_task(self._flush(state))
+        return await call.future
+
+    async def _flush(self, state: _LoopBatches) -> None:
+        try:
+            while state.pending:
+                calls, state.pending = state.pending[: self._max_batch], state.pending[self._max_batch:]
+                try:
+                    results = await self._write([call.staged[0] for call in calls])
+                except BaseException as error:  # every call of the batch learns why
+                    for call in calls:
+                        if not call.future.done():
+                            call.future.set_exception(error)
+                    if not isinstance(error, Exception):
+                        raise
+                    continue
+                for call, result in zip(calls, results, strict=True):
+                    if not call.future.done():
+                        call.future.set_result([result])
+        finally:
+            state.writing = False
+
+    async def _write(self, staged: Sequence[_Staged]) -> list[EnqueueResult]:
+        pool = await self._pools.get()
+        try:
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                return await drive_async(cur, batch_steps(staged, self._channel, retrying=False))
+        except psycopg.OperationalError:
+            # The connection died (a restart): once more on a fresh one; the steps look up first
+            # whether the lost try committed.
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                return await drive_async(cur, batch_steps(staged, self._channel, retrying=True))

@@ -36,7 +36,8 @@ from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.postgres.aio import AsyncPools, enqueue_on_async, enqueue_on_pooled
+from ultimat3.drivers.postgres.aio import AsyncBatcher, AsyncPools, enqueue_on_async
+from ultimat3.drivers.postgres.batch import batch_steps, drive, race_lost
 from ultimat3.drivers.postgres.database import (
     CONNECT_TIMEOUT,
     _all_or_nothing,
@@ -203,6 +204,7 @@ class PostgresDriver:
             timeout=10.0,
         )
         self._async_pools = AsyncPools(self._conninfo, max_size=max_size, name=f"ultimat3-{channel}")
+        self._async_batcher = AsyncBatcher(self._async_pools, channel)
         self._reference: ReferenceClock | None = None
         if clock is None:
             # One clock for the fleet: the server's, measured here and followed between samples.
@@ -336,22 +338,15 @@ class PostgresDriver:
 
     async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
         """:meth:`enqueue_many` for async callers, on the event loop: in the caller's async
-        transaction (``connection``), else on this driver's async pool (one per event loop)."""
+        transaction (``connection``), else on this driver's async pool (one per event loop), where
+        concurrent single-job calls share one statement and one commit."""
         if not requests:
             return []
         now = self.clock.now()
         staged = [_Staged(request, now) for request in requests]
         if connection is not None:
             return await enqueue_on_async(self, connection, staged)
-        pool = await self._async_pools.get()
-        try:
-            async with pool.connection() as conn:
-                results = await enqueue_on_pooled(conn, staged, self.channel)
-        except psycopg.OperationalError:
-            # The connection died (a restart, a pooler): one more try on a fresh one, unless the
-            # first one committed before the reply was lost (then every id is there).
-            async with pool.connection() as conn:
-                results = await enqueue_on_pooled(conn, staged, self.channel, retrying=True)
+        results = await self._async_batcher.submit(staged)
         self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
         return results
 
@@ -400,80 +395,11 @@ class PostgresDriver:
 
     def _enqueue_batch(self, conn: Conn, staged: list[_Staged], retrying: bool,
                        prepare: bool | None = None) -> list[EnqueueResult]:
-        cur = _tuples(conn)
-        results: list[EnqueueResult | None] = [None] * len(staged)
-        inserted: set[str] = set()
-        if retrying:
-            # The lost attempt may have committed (the batch is atomic: then all its inserts did).
-            rows = cur.execute(_Q["jobs_by_ids"], {"ids": [item.id for item in staged]}, prepare=prepare).fetchall()
-            inserted.update(row[0] for row in rows)
-        pending = list(range(len(staged)))
-        for _ in range(_RACE_RETRIES):
-            to_insert = [i for i in pending if staged[i].id not in inserted]
-            if to_insert:
-                params = self._batch_params(staged, to_insert)
-                rows = cur.execute(_Q["enqueue_many"], params, prepare=prepare).fetchall()
-                inserted.update(row[0] for row in rows if row[0] is not None)
-            conflicted: list[int] = []
-            for i in pending:
-                if staged[i].id in inserted:
-                    results[i] = EnqueueResult(id=staged[i].id, run_id=staged[i].run_id, deduped=False)
-                else:
-                    conflicted.append(i)
-            if not conflicted:
-                break
-            # Skipped by the conflict clause: a live job holds the key (maybe one staged just now).
-            names = [staged[i].request.name for i in conflicted]
-            keys = [staged[i].request.idempotency_key for i in conflicted]
-            live = {
-                (row[0], row[1]): (row[2], row[3])
-                for row in cur.execute(_Q["live_by_keys"], {"names": names, "keys": keys}, prepare=prepare).fetchall()
-            }
-            pending = []
-            for i in conflicted:
-                holder = live.get((staged[i].request.name, staged[i].request.idempotency_key))
-                if holder is None:
-                    pending.append(i)  # it finished in between: insert again
-                    continue
-                if staged[i].request.on_conflict == "error":
-                    raise staged[i].duplicate(holder[0])
-                results[i] = EnqueueResult(id=holder[0], run_id=holder[1], deduped=True)
-            if not pending:
-                break
-        else:
-            raise self._race_lost(staged[pending[0]].request)
-        return [result for result in results if result is not None]
-
-    def _batch_params(self, staged: list[_Staged], indexes: list[int]) -> dict[str, Any]:
-        def column(key: str) -> list[Any]:
-            return [staged[i].params[key] for i in indexes]
-
-        return {
-            "ids": column("id"),
-            "run_ids": column("run_id"),
-            "names": column("name"),
-            "queues": column("queue"),
-            "payloads": column("payload"),
-            "states": column("state"),
-            "priorities": column("priority"),
-            "max_attempts": column("max_attempts"),
-            "run_ats": column("run_at"),
-            "keys": column("idempotency_key"),
-            "tenant_ids": column("tenant_id"),
-            "traceparents": column("traceparent"),
-            "enqueued_bys": column("enqueued_by"),
-            "now": staged[indexes[0]].params["now"],
-            "channel": self.channel,
-        }
+        return drive(_tuples(conn), batch_steps(staged, self.channel, retrying=retrying), prepare=prepare)
 
     @staticmethod
     def _race_lost(request: EnqueueRequest) -> DriverError:
-        return DriverError(
-            f'enqueue of "{request.name}" kept colliding with live jobs under key'
-            f" {request.idempotency_key!r} that finished before they could be read",
-            "retry the enqueue; inside your own transaction, use READ COMMITTED isolation",
-            code="X_DRIVER_RACE",
-        )
+        return race_lost(request)
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens.

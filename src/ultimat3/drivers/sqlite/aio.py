@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncWriter", "enqueue_on_async"]
 
+#: Calls written per transaction by the writer (the rest go in the next one, at once).
+MAX_BATCH = 50
 ACCEPTED = "a SQLAlchemy AsyncConnection or AsyncSession on a sqlite+aiosqlite engine over the driver's file"
 
 
@@ -146,7 +148,8 @@ class AsyncWriter:
                     self._ready.wait()
                 if not self._pending and self._closed:
                     return
-                calls, self._pending = self._pending, []
+                # Bounded: a long Python loop here holds the GIL the callers' event loop needs.
+                calls, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             self._write(calls)
 
     def _write(self, calls: list[_Call]) -> None:

@@ -15,7 +15,7 @@ from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import JobDuplicateError
 from ultimat3.drivers.protocol import JobDriver, JobFilter
 
-from .helpers import request
+from .helpers import Wakeups, request
 
 #: Opens an async transaction on the driver's database as an app would, yielding what it passes
 #: as ``connection=`` and a ``commit`` coroutine function.
@@ -229,6 +229,31 @@ def test_async_dedupe_in_a_transaction_is_the_sync_forms(
 
         _run(driver, body())
         assert _ids(driver) == {live.id}, kind
+    return None
+
+
+def test_workers_are_woken_at_the_async_commit_not_before(
+        driver: JobDriver, async_transactions: list[tuple[str, AsyncTransaction]]) -> None:
+    if not async_transactions:
+        return _refused(driver)
+    for kind, transaction in async_transactions:
+        seen = Wakeups()
+        unsubscribe = driver.subscribe(seen)
+        try:
+            queue = f"q-{kind}"
+
+            async def body(transaction: AsyncTransaction = transaction, queue: str = queue,
+                           kind: str = kind, seen: Wakeups = seen) -> None:
+                async with transaction() as (conn, commit):
+                    await driver.aenqueue_many([request("atx.wake", queue=queue)], connection=conn)
+                    await asyncio.sleep(0.05)  # a NOTIFY sent early would be here by now
+                    assert queue not in seen.queues, f"{kind}: woken before the commit"
+                    await commit()
+
+            _run(driver, body())
+            assert seen.wait_for(queue), f"{kind}: not woken after the commit"
+        finally:
+            unsubscribe()
     return None
 
 

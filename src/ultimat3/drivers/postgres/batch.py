@@ -1,0 +1,114 @@
+"""Writing a batch of staged jobs, as a sequence of statements that either connection kind runs.
+
+:func:`batch_steps` is the batch's logic without I/O: a generator that yields each statement with
+its parameters and receives the rows it returned. :func:`drive` runs it on a sync psycopg cursor
+(``enqueue_many``), :func:`drive_async` on an async one (the async group commit), so both paths
+share one reading of dedupe, races with finishing jobs, and retries after a lost connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.postgres.rows import _Q, _RACE_RETRIES
+from ultimat3.drivers.protocol import EnqueueRequest, EnqueueResult
+
+if TYPE_CHECKING:
+    from ultimat3.drivers.postgres.driver import _Staged
+
+__all__ = ["Steps", "batch_steps", "drive", "drive_async", "race_lost"]
+
+Steps = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[EnqueueResult]]
+
+
+def race_lost(request: EnqueueRequest) -> DriverError:
+    """The error after :data:`_RACE_RETRIES` rounds of colliding with live jobs that finished."""
+    return DriverError(
+        f'enqueue of "{request.name}" kept colliding with live jobs that finished before they could be read',
+        "enqueue it again", code="X_DRIVER_RACE")
+
+
+def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict[str, Any]:
+    def column(key: str) -> list[Any]:
+        return [staged[i].params[key] for i in indexes]
+
+    return {
+        "ids": column("id"), "run_ids": column("run_id"), "names": column("name"), "queues": column("queue"),
+        "payloads": column("payload"), "states": column("state"), "priorities": column("priority"),
+        "max_attempts": column("max_attempts"), "run_ats": column("run_at"), "keys": column("idempotency_key"),
+        "tenant_ids": column("tenant_id"), "traceparents": column("traceparent"),
+        "enqueued_bys": column("enqueued_by"), "now": staged[indexes[0]].params["now"], "channel": channel,
+    }
+
+
+def batch_steps(staged: Sequence[_Staged], channel: str, *, retrying: bool) -> Steps:
+    """The statements that write ``staged`` in the caller's transaction, results in request order.
+
+    ``retrying``: the last try lost its connection and may have committed (a batch is atomic: then
+    all of it did), so the ids are looked up first and never written twice.
+    """
+    results: list[EnqueueResult | None] = [None] * len(staged)
+    inserted: set[str] = set()
+    if retrying:
+        rows = yield _Q["jobs_by_ids"], {"ids": [item.id for item in staged]}
+        inserted.update(row[0] for row in rows)
+    pending = list(range(len(staged)))
+    for _ in range(_RACE_RETRIES):
+        to_insert = [i for i in pending if staged[i].id not in inserted]
+        if to_insert:
+            rows = yield _Q["enqueue_many"], _params(staged, to_insert, channel)
+            inserted.update(row[0] for row in rows if row[0] is not None)
+        conflicted: list[int] = []
+        for i in pending:
+            if staged[i].id in inserted:
+                results[i] = EnqueueResult(id=staged[i].id, run_id=staged[i].run_id, deduped=False)
+            else:
+                conflicted.append(i)
+        if not conflicted:
+            break
+        # Skipped by the conflict clause: a live job holds the key (maybe one staged just now).
+        names = [staged[i].request.name for i in conflicted]
+        keys = [staged[i].request.idempotency_key for i in conflicted]
+        rows = yield _Q["live_by_keys"], {"names": names, "keys": keys}
+        live = {(row[0], row[1]): (row[2], row[3]) for row in rows}
+        pending = []
+        for i in conflicted:
+            holder = live.get((staged[i].request.name, staged[i].request.idempotency_key))
+            if holder is None:
+                pending.append(i)  # it finished in between: insert again
+                continue
+            if staged[i].request.on_conflict == "error":
+                raise staged[i].duplicate(holder[0])
+            results[i] = EnqueueResult(id=holder[0], run_id=holder[1], deduped=True)
+        if not pending:
+            break
+    else:
+        raise race_lost(staged[pending[0]].request)
+    return [result for result in results if result is not None]
+
+
+def drive(cur: psycopg.Cursor[tuple[Any, ...]], steps: Steps, *, prepare: bool | None = None) -> list[EnqueueResult]:
+    """Run ``steps`` on a sync cursor (inside the caller's transaction)."""
+    try:
+        query, params = next(steps)
+        while True:
+            query, params = steps.send(cur.execute(query, params, prepare=prepare).fetchall())
+    except StopIteration as done:
+        results: list[EnqueueResult] = done.value
+        return results
+
+
+async def drive_async(cur: psycopg.AsyncCursor[tuple[Any, ...]], steps: Steps) -> list[EnqueueResult]:
+    """Run ``steps`` on an async cursor (inside the caller's transaction), never preparing."""
+    try:
+        query, params = next(steps)
+        while True:
+            await cur.execute(query, params, prepare=False)
+            query, params = steps.send(await cur.fetchall())
+    except StopIteration as done:
+        results: list[EnqueueResult] = done.value
+        return results
