@@ -60,6 +60,30 @@ def test_readme_schedule_example_declares_two_schedules_that_fire(tmp_path: Path
                                                                       "reports.daily:refresh"}
 
 
+def test_readme_async_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from ultimat3.drivers import create_driver
+
+    monkeypatch.chdir(tmp_path)
+    with isolated_registry():
+        source = tmp_path / "readme_async.py"
+        source.write_text(readme_block("users.welcome"), encoding="utf-8")
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), {"__name__": "readme_async"})
+    driver = create_driver("sqlite:///app.db")
+    try:
+        jobs = driver.introspect.list()
+        assert sorted(job.payload["email"] for job in jobs) == ["ann@example.com", "bob@example.com"]
+        assert {job.enqueued_by for job in jobs} == {"ops:readme"}
+    finally:
+        driver.close()
+    conn = sqlite3.connect("app.db")
+    try:
+        assert conn.execute("SELECT email FROM users").fetchall() == [("ann@example.com",)]
+    finally:
+        conn.close()
+
+
 @pytest.mark.process
 def test_readme_first_command_runs_the_demo(tmp_path: Path) -> None:
     """`python examples/demo.py` (the part after the install) on a copy of examples/."""
