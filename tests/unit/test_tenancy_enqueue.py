@@ -60,6 +60,25 @@ def test_an_org_actor_enqueues_for_its_own_org_only(memory: MemoryDriver) -> Non
     assert [j.tenant_id for j in memory.introspect.list()] == ["org-a"]
 
 
+def test_async_enqueue_checks_tenancy_and_input_exactly_as_the_sync_form(memory: MemoryDriver) -> None:
+    invoice, rollup = declare_pair()
+
+    async def body() -> None:
+        with use_ctx(Ctx(actor=Actor(id="user:1", org_id="org-a"))):
+            await invoice.aenqueue({"org_id": "org-a"}, driver=memory)
+            for call, code in ((invoice.aenqueue({"org_id": "org-b"}, driver=memory), "X_TENANCY_MISMATCH"),
+                               (rollup.aenqueue(driver=memory), "X_TENANCY_ENQUEUE_DENIED"),
+                               (invoice.aenqueue({"org_id": "org-a", "n": "x"}, driver=memory), "X_JOB_INPUT"),
+                               (invoice.aenqueue_many([{"org_id": "org-a"}, {"org_id": "org-b"}], driver=memory),
+                                "X_TENANCY_MISMATCH")):
+                with pytest.raises(XError) as caught:
+                    await call
+                assert caught.value.code == code and caught.value.hint
+
+    asyncio.run(body())
+    assert [j.tenant_id for j in memory.introspect.list()] == ["org-a"]
+
+
 def test_a_context_with_no_org_and_no_grant_enqueues_nothing_tenanted(memory: MemoryDriver) -> None:
     invoice, rollup = declare_pair()
     # a) The default ambient context (what a thread falls back to) is not "the system".

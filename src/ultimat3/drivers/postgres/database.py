@@ -154,7 +154,8 @@ def _caller_connection(connection: Any) -> Conn:
     raise DriverError(
         f"cannot enqueue inside a {type(connection).__module__}.{type(connection).__qualname__}",
         "pass a psycopg (3) Connection or a SQLAlchemy Connection on a postgresql+psycopg engine,"
-        " in the transaction the job must commit with",
+        " in the transaction the job must commit with (an async connection or AsyncSession goes to"
+        " `await job.aenqueue(..., connection=...)`)",
         code="X_DRIVER_CONNECTION",
     )
 

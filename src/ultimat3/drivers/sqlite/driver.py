@@ -465,7 +465,8 @@ class SqliteDriver:
                 f"the SQLite driver cannot enqueue through a {type(connection).__module__}."
                 f"{type(connection).__qualname__}",
                 "pass a sqlite3.Connection or a SQLAlchemy Connection open on the same database file "
-                "(for a Session, pass session.connection())",
+                "(for a Session, pass session.connection(); an async one goes to "
+                "`await job.aenqueue(..., connection=...)`)",
                 code="X_DRIVER_CONNECTION",
             )
         row = raw.execute(QUERIES["database_file"]).fetchone()
