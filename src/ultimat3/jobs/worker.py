@@ -434,14 +434,19 @@ class Worker:
         log.info("worker %s fires %d schedule(s): %s", self.worker_id, len(scheduler.schedules),
                  ", ".join(d.key for d in scheduler.schedules))
         while True:
-            fired = await self._io(scheduler.run_once, self.driver.clock.now())
+            try:
+                fired = await self._io(scheduler.run_once, self.driver.clock.now())
+                now = self.driver.clock.now()
+                pause = min(SCHEDULE_RECHECK, max(0.0, scheduler.next_wake(now) - now)) + 0.005
+            except Exception as error:  # never let the loop die quietly: schedules would stop firing
+                _throttled.warning("schedules", "schedules could not fire (%s); will retry", first_line(str(error)))
+                fired, pause = [], SCHEDULE_RECHECK
             for key, result in fired:
                 if result.job is not None:
                     log.info("schedule %s fired its %s tick: job %s", key, tick_text(result.tick), result.job.id,
                              extra={"schedule": key, "job_id": result.job.id})
                     self._emit(WorkerEvent("scheduled", self.worker_id, job_id=result.job.id))
-            now = self.driver.clock.now()
-            await asyncio.sleep(min(SCHEDULE_RECHECK, max(0.0, scheduler.next_wake(now) - now)) + 0.005)
+            await asyncio.sleep(pause)
 
     # -- loops ----------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -237,7 +238,8 @@ class AsyncBatcher:
         self._pools = pools
         self._channel = channel
         self._max_batch = max_batch
-        self._loops: dict[asyncio.AbstractEventLoop, _LoopBatches] = {}
+        # Weak: a loop that ended takes its (empty) batch state with it.
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBatches] = weakref.WeakKeyDictionary()
 
     async def submit(self, staged: Sequence[_Staged]) -> list[EnqueueResult]:
         """Write ``staged``; resolves once its transaction has committed."""
