@@ -252,3 +252,24 @@ def test_workers_ls_shows_the_registry_and_who_is_dead(x: X, database: str) -> N
     finally:
         driver.workers.unregister("live-1")
         driver.close()
+
+
+def test_db_health_names_the_oldest_open_snapshot(x: X, database: str) -> None:
+    report = as_json(x("db", "health", "--json"))
+    if database.startswith("sqlite"):
+        assert report == {"database": "sqlite", "measured": False, "oldest_snapshot": None}
+        assert "not measured on sqlite" in x("db", "health").stdout
+        return
+    import psycopg
+
+    with psycopg.connect(database, application_name="x-cli-reader") as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1").fetchone()
+        report = as_json(x("db", "health", "--json"))
+        assert report["database"] == "postgres" and report["measured"] is True
+        holder = report["oldest_snapshot"]
+        assert holder is not None and set(holder) == {"kind", "pid", "application_name", "state", "backend_type",
+                                                      "age_seconds", "query"}
+        human = x("db", "health").stdout
+        assert "oldest open snapshot:" in human and "idle_in_transaction_session_timeout" in human
+        reader.rollback()

@@ -601,3 +601,44 @@ def test_statements_are_prepared_only_once_the_listener_proves_real_sessions(
     assert driver._db.prepared and driver.wakeups() == "notify"
     driver.enqueue(EnqueueRequest(name="task", payload={}))
     assert driver._db.run(lambda conn, _: conn.prepare_threshold) is not None
+
+
+def test_the_oldest_open_snapshot_is_named_and_the_worker_warns_about_it(
+    make_driver: Callable[..., PostgresDriver], migrated: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import logging
+
+    from ultimat3.jobs import Worker
+
+    driver = make_driver()
+    name = f"x-report-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated, application_name=name) as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM x_jobs").fetchone()  # the snapshot is taken here
+        pid = reader.info.backend_pid
+        time.sleep(0.2)
+        holder = driver.oldest_snapshot()
+        assert holder is not None and holder.kind == "backend" and holder.age >= 0.2
+        if holder.pid == pid:  # another test's transaction could be older; ours is the one to name here
+            assert (holder.application_name, holder.state) == (name, "idle in transaction")
+            assert f"backend pid {pid}" in holder.describe()
+            assert "idle_in_transaction_session_timeout" in holder.describe()
+
+        worker = Worker(driver, environment="test", liveness_interval=None, schedules=False, horizon_warning=0.1)
+
+        async def watch() -> None:
+            task = asyncio.ensure_future(worker._watch_horizon(0.1))
+            for _ in range(100):
+                if "X_DB_HORIZON_PINNED" in caplog.text:
+                    break
+                await asyncio.sleep(0.02)
+            task.cancel()
+
+        with caplog.at_level(logging.WARNING, logger="ultimat3.worker"):
+            asyncio.run(watch())
+        worker.close()
+        assert "X_DB_HORIZON_PINNED" in caplog.text and "has held the oldest open snapshot" in caplog.text
+        reader.rollback()
+    after = driver.oldest_snapshot()
+    assert after is None or after.pid != pid

@@ -37,6 +37,30 @@ def migrate(config: Config, as_json: bool) -> None:
         say(f"up to date ({len(every)} migrations applied)")
 
 
+@db_group.command("health")
+@click.option("--json", "as_json", is_flag=True, help='Print {"database", "measured", "oldest_snapshot"}.')
+@click.pass_obj
+def health(config: Config, as_json: bool) -> None:
+    """What slows a queue down from outside: the transaction holding the database's oldest open
+    snapshot (PostgreSQL; VACUUM keeps every row version newer than it), who it is and for how long."""
+    driver = config.driver()
+    measure = getattr(driver, "oldest_snapshot", None)
+    holder = config.call(measure) if callable(measure) else None
+    if as_json:
+        emit_json({"database": driver.name, "measured": callable(measure),
+                   "oldest_snapshot": None if holder is None else {
+                       "kind": holder.kind, "pid": holder.pid, "application_name": holder.application_name,
+                       "state": holder.state, "backend_type": holder.backend_type, "age_seconds": round(holder.age, 3),
+                       "query": holder.query}})
+        return
+    if not callable(measure):
+        say(f"oldest open snapshot: not measured on {driver.name} (PostgreSQL only)")
+    elif holder is None:
+        say("oldest open snapshot: none (no transaction is open)")
+    else:
+        say(f"oldest open snapshot: {holder.describe()}" + (f"\n  query: {holder.query}" if holder.query else ""))
+
+
 @db_group.command("prune")
 @click.option("--older-than", default="7d", show_default=True, help='Finished jobs older than this ("7d", "12h").')
 @click.option("--json", "as_json", is_flag=True)

@@ -282,6 +282,32 @@ class Fired:
     job: EnqueueResult | None
 
 
+@dataclass(frozen=True)
+class SnapshotHolder:
+    """What holds the database's oldest open snapshot, so VACUUM keeps every row version newer
+    than it (in a queue table: every claim's and settlement's leftovers). ``kind`` is ``backend``
+    (a session with an open transaction: ``pid``, ``application_name``, ``state``, the first line of
+    its ``query``) or ``prepared`` (a prepared transaction, its gid in ``application_name``);
+    ``age`` is how long that transaction has been open, in seconds."""
+
+    kind: str
+    age: float
+    pid: int | None = None
+    application_name: str | None = None
+    state: str | None = None
+    backend_type: str | None = None
+    query: str | None = None
+
+    def describe(self) -> str:
+        """One line for logs and the CLI, with what to do about it."""
+        who = (f"backend pid {self.pid} ({self.backend_type or 'backend'}, application_name "
+               f"{self.application_name or '(none)'!r}, state {self.state or '?'})" if self.kind == "backend"
+               else f"prepared transaction {self.application_name!r}")
+        fix = ("COMMIT PREPARED or ROLLBACK PREPARED it" if self.kind == "prepared"
+               else "end it, or set idle_in_transaction_session_timeout")
+        return f"{who} has held the oldest open snapshot for {self.age:,.0f}s; {fix}"
+
+
 AuditAction = Literal["retry", "cancel", "delete", "pause", "resume"]
 AuditStatus = Literal["running", "completed", "interrupted", "failed"]
 

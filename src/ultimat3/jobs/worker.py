@@ -29,12 +29,16 @@ from ultimat3.jobs.signal import AbortSignal
 
 log = logging.getLogger("ultimat3.worker")
 _throttled = ThrottledLog(log)
+# Once a minute, however many workers of this process see the same pinned snapshot.
+_horizon_log = ThrottledLog(log, 60.0)
 #: At most this many acks share one commit.
 MAX_ACK_BATCH = 100
 #: Poll interval while a driver that should be woken by NOTIFY is not (a transaction-mode pooler).
 POLL_FLOOR = 0.25
 #: A worker that fires schedules looks at them at least this often (seconds), tick or not.
 SCHEDULE_RECHECK = 5.0
+#: How often a worker looks for a transaction pinning the database's oldest snapshot (seconds).
+HORIZON_CHECK = 15.0
 T = TypeVar("T")
 
 
@@ -104,6 +108,7 @@ class Worker:
         unknown_names_interval: float = 300.0,
         liveness_interval: float | None = 1.0,
         schedules: bool = True,
+        horizon_warning: float | None = 60.0,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -141,6 +146,9 @@ class Worker:
         #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
         #: fires once whichever gets there first).
         self.fire_schedules = schedules
+        #: Warn (``X_DB_HORIZON_PINNED``, at most once a minute) when a transaction has held the
+        #: database's oldest snapshot longer than this many seconds (PostgreSQL); ``None``: never.
+        self.horizon_warning = horizon_warning
         self._rand = rand
         self._registered = False
         self.poll_interval = poll_interval
@@ -423,6 +431,26 @@ class Worker:
                 _throttled.warning("unknown-names", "could not list waiting job names (%s)", first_line(str(error)))
             await asyncio.sleep(self.unknown_names_interval)
 
+    async def _watch_horizon(self, threshold: float) -> None:
+        # A queue slows down with every job while someone holds an old snapshot (VACUUM may not
+        # remove what its hot statements walk): say who, long before the backlog shows.
+        measure = getattr(self.driver, "oldest_snapshot", None)
+        if not callable(measure):
+            return
+        while True:
+            try:
+                holder = await self._io(measure)
+            except Exception as error:
+                _throttled.warning("horizon-check", "could not look for old open transactions (%s)",
+                                   first_line(str(error)))
+                holder = None
+            if holder is not None and holder.age >= threshold:
+                _horizon_log.warning("horizon", "X_DB_HORIZON_PINNED: %s (the queue slows down until it ends)",
+                                     holder.describe(), code="X_DB_HORIZON_PINNED", pid=holder.pid,
+                                     application_name=holder.application_name, state=holder.state,
+                                     age=round(holder.age, 1))
+            await asyncio.sleep(HORIZON_CHECK)
+
     async def _schedules(self) -> None:
         # Wake at each tick (re-checking at least every SCHEDULE_RECHECK seconds for rows another
         # process moved or an operator paused) and offer what is due; see jobs/scheduler.py.
@@ -471,6 +499,8 @@ class Worker:
         beats = asyncio.ensure_future(self._heartbeats())
         watch = asyncio.ensure_future(self._watch_unknown_names())
         ticks = asyncio.ensure_future(self._schedules()) if self.fire_schedules else None
+        horizon = (asyncio.ensure_future(self._watch_horizon(self.horizon_warning))
+                   if self.horizon_warning is not None else None)
         log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
         try:
             while not self._stopping:
@@ -496,8 +526,9 @@ class Worker:
         finally:
             beats.cancel()
             watch.cancel()
-            if ticks is not None:
-                ticks.cancel()
+            for task in (ticks, horizon):
+                if task is not None:
+                    task.cancel()
             if liveness is not None:
                 liveness.cancel()
             # After the shutdown released what it held: nothing is left for a rescuer to take.

@@ -79,6 +79,7 @@ from ultimat3.drivers.protocol import (
     EnqueueResult,
     JobRecord,
     NackRequest,
+    SnapshotHolder,
     WakeCallback,
 )
 from ultimat3.drivers.sql import load_migrations
@@ -265,6 +266,16 @@ class PostgresDriver:
                 " connection that bypasses the pooler, or use the pooler's session mode)",
                 extra={"code": "X_DB_SESSION_POOLED"},
             )
+
+    def oldest_snapshot(self) -> SnapshotHolder | None:
+        """Who holds the database's oldest open snapshot (``None``: no transaction is open). A
+        long-held one makes every hot statement of a queue walk what VACUUM may not remove yet."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["oldest_snapshot"]).fetchone())
+        if row is None:
+            return None
+        return SnapshotHolder(kind=row["kind"], age=float(row["age"] or 0.0), pid=row["pid"],
+                              application_name=row["application_name"], state=row["state"],
+                              backend_type=row["backend_type"], query=row["query"])
 
     def clock_offset(self) -> float | None:
         """This host's wall clock minus the server's, in seconds, as last measured; ``None`` when

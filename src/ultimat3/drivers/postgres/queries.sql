@@ -764,3 +764,25 @@ SELECT before.paused <> %(paused)s AS changed, (SELECT count(*) FROM upserted) A
 
 -- name: schedules_list
 SELECT * FROM x_schedules ORDER BY key
+
+-- ----------------------------------------------------------------------------------------------
+-- Health
+-- ----------------------------------------------------------------------------------------------
+
+-- name: oldest_snapshot
+-- Who holds the oldest snapshot VACUUM must keep rows for: an open transaction of any backend
+-- (idle in transaction, a long report, pg_dump), or a prepared transaction, in this database (the
+-- one whose VACUUM it holds back). Our own session excluded.
+SELECT 'backend' AS kind, pid, application_name, state, backend_type,
+       extract(epoch FROM clock_timestamp() - xact_start)::float8 AS age,
+       left(split_part(query, E'\n', 1), 200) AS query
+FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+  AND datname = current_database()
+UNION ALL
+SELECT 'prepared', NULL, gid, 'prepared', 'prepared transaction',
+       extract(epoch FROM clock_timestamp() - prepared)::float8, NULL
+FROM pg_prepared_xacts
+WHERE database = current_database()
+ORDER BY age DESC
+LIMIT 1
