@@ -23,12 +23,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -104,6 +106,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+#: How long the one-shot session probe waits for its NOTIFY (a direct connection answers in ~1 ms).
+_PROBE_TIMEOUT = 2.0
 _skew_log = ThrottledLog(_log, every=60.0)
 
 #: A host whose wall clock is further than this from the server's is told so (X_CLOCK_SKEW).
@@ -239,6 +243,11 @@ class PostgresDriver:
         self.leases = PostgresLeaseStore(self._db)
         self.migrations = PostgresMigrationLedger(self._db)
         self.workers = PostgresWorkerRegistry(self)
+        self._prover: threading.Thread | None = None
+        if direct_url is None:
+            self._prover = threading.Thread(target=self._prove_sessions, name=f"ultimat3-probe-{channel}",
+                                            daemon=True)
+            self._prover.start()
         self.queues = PostgresQueueControl(self._db, channel)
         self.audit = PostgresAuditLog(self._db)
         self.schedules = PostgresScheduleStore(self)
@@ -329,6 +338,8 @@ class PostgresDriver:
                 conn.execute(_Q["notify"], {"channel": listener.wake_channel, "queues": ["stop"]})
             listener.join(timeout=5.0)
         self._async_pools.close()
+        if self._prover is not None:
+            self._prover.join(timeout=_PROBE_TIMEOUT + 1.0)
         self._pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -622,6 +633,23 @@ class PostgresDriver:
         elif self.direct_url is None:
             # The listener runs on the main URL and its session held: that URL gives real sessions
             # (a direct connection or a session-mode pooler), so preparing statements is safe.
+            self._db.prepared = True
+
+    def _prove_sessions(self) -> None:
+        """Once, in the background: does a NOTIFY from a pooled session reach a session of our own
+        on this URL? Then sessions are real and statements may be prepared, also in a process
+        that only enqueues (and never starts a listener). Unheard, nothing changes."""
+        channel = f"x_probe_{uuid.uuid4().hex[:16]}"
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                                 application_name="ultimat3 session probe") as conn:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                self._notify_probe(channel, "probe")
+                heard = any(True for _ in conn.notifies(timeout=_PROBE_TIMEOUT, stop_after=1))
+        except Exception as exc:  # a probe that cannot run proves nothing
+            _log.debug("session probe failed: %s", first_line(exc, type(exc).__name__))
+            return
+        if heard and self.direct_url is None and not self._closed:
             self._db.prepared = True
 
     def _notify_probe(self, channel: str, payload: str) -> None:
