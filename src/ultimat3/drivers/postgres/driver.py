@@ -107,7 +107,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 #: How long the one-shot session probe waits for its NOTIFY (a direct connection answers in ~1 ms).
-_PROBE_TIMEOUT = 2.0
+_PROBE_TIMEOUT = 1.0
 _skew_log = ThrottledLog(_log, every=60.0)
 
 #: A host whose wall clock is further than this from the server's is told so (X_CLOCK_SKEW).
@@ -339,7 +339,9 @@ class PostgresDriver:
             listener.join(timeout=5.0)
         self._async_pools.close()
         if self._prover is not None:
-            self._prover.join(timeout=_PROBE_TIMEOUT + 1.0)
+            # Not waited for in full: unheard behind a pooler, the probe waits out its timeout,
+            # and a short CLI command must not. It ends on its own (a daemon thread) soon after.
+            self._prover.join(timeout=0.25)
         self._pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
