@@ -649,3 +649,24 @@ def test_the_oldest_open_snapshot_is_named_and_the_worker_warns_about_it(
         reader.rollback()
     after = driver.oldest_snapshot()
     assert after is None or after.pid != pid
+
+
+def test_claims_walk_the_claim_index_when_every_job_sits_in_one_queue(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    # The paused-queue filter once turned this plan into a seq scan and a sort of the whole table
+    # (x10 per claim): the planner read `queue <> ALL(...)` as likely to exclude the one queue.
+    from datetime import UTC, datetime
+
+    driver = make_driver()
+    for start in range(0, 5000, 1000):
+        driver.enqueue_many([EnqueueRequest(name="plan.job", payload={"i": i}) for i in range(start, start + 1000)])
+    now = datetime.now(UTC)
+    params = {"now": now, "names": ["plan.job"], "limit": 1, "worker": "w", "visible_at": now, "queue": "default",
+              "queues": ["default"]}
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute("ANALYZE x_jobs")
+        for name in ("claim_any", "claim_queue", "claim_queues"):
+            with conn.transaction(force_rollback=True):
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + QUERIES[name], params).fetchall())
+            assert "Seq Scan on x_jobs" not in plan, f"{name} scans the whole table:\n{plan}"

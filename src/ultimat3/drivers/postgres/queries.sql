@@ -112,8 +112,10 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 --            x_jobs_claim_any_idx);
 --   lapsed:  running rows whose visibility ran out, their worker presumed lost
 --            (x_jobs_running_visible_idx; normally empty, so nearly free).
--- Both skip paused queues: the paused list is read once per statement (an init plan), so the
--- per-row test is a comparison against a short array.
+-- Both skip paused queues with NOT IN over x_queues (a hashed subplan, read once per statement).
+-- Not `queue <> ALL(ARRAY(...))`: when every job sits in one queue, the planner reads that as
+-- likely to exclude the queue's whole value and trades the index walk for a seq scan and a sort
+-- (x10 per claim, measured); NOT IN keeps the index-ordered plan in every case.
 -- The union is cut to the limit in claim order and those rows move to running with attempt + 1
 -- and a new claim token (worker : attempt : random) -- new even when the same worker re-claims.
 -- `ord` gives the caller the claim order back (RETURNING has none).
@@ -125,7 +127,7 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND queue = %(queue)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -134,7 +136,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND queue = %(queue)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -161,7 +163,7 @@ RETURNING picked.ord, j.*
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND queue = ANY(%(queues)s::text[])
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -170,7 +172,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND queue = ANY(%(queues)s::text[])
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
@@ -197,7 +199,7 @@ RETURNING picked.ord, j.*
 WITH waiting AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -205,7 +207,7 @@ WITH waiting AS (
 ), lapsed AS (
     SELECT id, priority, run_at FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue <> ALL(ARRAY(SELECT queue FROM x_queues WHERE paused))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
