@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import click
 
@@ -18,6 +18,16 @@ from ultimat3.jobs.job import registered_jobs
 from ultimat3.jobs.worker import Worker
 
 log = logging.getLogger("ultimat3.worker")
+
+
+def _metrics_class() -> Any:
+    """``WorkerMetrics``, or one coded line saying which extra to install."""
+    try:
+        from ultimat3.contrib.prometheus import WorkerMetrics
+    except ImportError as error:
+        raise XError(f"--metrics-port needs prometheus_client ({error})",
+                     "pip install 'ultimat3[prometheus]'", code="X_EXTRA_MISSING") from None
+    return WorkerMetrics
 
 
 def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float], None] = time.sleep,
@@ -60,12 +70,16 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
 @click.option("--start-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to keep retrying an unreachable database at start (with backoff).")
 @click.option("--fail-fast", is_flag=True, help="Exit at once if the database is unreachable at start.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (extra ultimat3[prometheus]; docs in "
+                   "ultimat3.contrib.prometheus).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint binds.")
 @click.option("--no-schedules", is_flag=True,
               help="Do not fire the schedules of the jobs this worker runs (other workers still do).")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
                    grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
-                   fail_fast: bool, no_schedules: bool) -> None:
+                   fail_fast: bool, metrics_port: int | None, metrics_host: str, no_schedules: bool) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
     config.load_apps()
     check(
@@ -74,11 +88,26 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
         "pass --app with the module that declares your @job/backfill() (or set X_APP)",
         code="X_WORKER_NO_JOBS",
     )
+    metrics_class = _metrics_class() if metrics_port is not None else None
     configure_logging(log_level, cast(LogFormat, log_format))
     driver = connect_with_retry(config, timeout=0 if fail_fast else start_timeout)
+    metrics = metrics_class(driver) if metrics_class is not None else None
     worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
-                    environment=config.environment, schedules=not no_schedules)
+                    environment=config.environment, schedules=not no_schedules,
+                    on_event=metrics.on_event if metrics is not None else None)
+    if metrics is not None and metrics_port is not None:
+        try:
+            bound = metrics.serve(metrics_port, metrics_host)
+        except OSError as error:
+            metrics.close()
+            raise XError(f"cannot serve metrics on {metrics_host}:{metrics_port}: {error.strerror or error}",
+                         "pick a free port with --metrics-port (0: any)", code="X_METRICS_PORT") from None
+        click.echo(f"metrics on http://{metrics_host}:{bound}/metrics", err=True)
     click.echo(f"worker {worker.worker_id} on {driver.name}: {len(worker.names)} job(s), "
                f"concurrency {concurrency}", err=True)
-    worker.run_forever()
+    try:
+        worker.run_forever()
+    finally:
+        if metrics is not None:
+            metrics.close()

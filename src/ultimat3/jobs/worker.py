@@ -61,6 +61,8 @@ class WorkerEvent:
     duration: float | None = None
     error: str | None = None
     count: int = 1
+    #: The queue of the attempt's job (settled attempts).
+    queue: str | None = None
 
 
 @dataclass
@@ -235,7 +237,8 @@ class Worker:
         duration = time.monotonic() - active.started
         kind: WorkerEventKind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
         self._log_attempt(claimed, kind, duration, outcome.error)
-        self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error))
+        self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error,
+                               queue=job.queue))
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
