@@ -4,6 +4,7 @@ the confirmation job exists if and only if the order does.
     pip install 'ultimat3[aiosqlite]' fastapi uvicorn   # or 'ultimat3[asyncpg]' for PostgreSQL
     X_DATABASE_URL=sqlite:///orders.db uvicorn examples.fastapi_orders.app:app
     x --app examples.fastapi_orders.app worker                    # sends the confirmations
+    ORDERS_IN_PROCESS_WORKER=1 uvicorn ...                        # or: a worker inside the app
 
 ``ORDERS_DATABASE_URL`` is the app's async SQLAlchemy URL (default: the job store's file through
 ``sqlite+aiosqlite``); it must point at the job store's database for the enqueue to join the order's
@@ -23,6 +24,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from ultimat3 import Actor, Ctx, current_ctx, database_url, job, use_ctx
+from ultimat3.contrib.asgi import run_worker
 from ultimat3.drivers import create_driver
 
 metadata = MetaData()
@@ -78,7 +80,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     driver = create_driver(database_url())
     app.state.engine, app.state.driver = engine, driver
     try:
-        yield
+        if os.environ.get("ORDERS_IN_PROCESS_WORKER") == "1":
+            # Small deployments: the confirmations are sent by a worker in this very process.
+            async with run_worker(driver, concurrency=4, grace_period=10):
+                yield
+        else:
+            yield
     finally:
         await driver.aclose()
         driver.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +16,16 @@ from tests.drivers import SHARED_KINDS, database_url
 
 from ultimat3.drivers import create_driver
 from ultimat3.drivers.protocol import JobFilter
+
+
+def fresh_app() -> Any:
+    """The example's app, its module (re)imported into this test's job registry."""
+    import importlib
+    import sys
+
+    name = "examples.fastapi_orders.app"
+    module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+    return module.app
 
 
 @pytest.fixture(params=SHARED_KINDS)
@@ -29,7 +40,7 @@ def urls(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
 def test_an_order_and_its_confirmation_commit_together_or_not_at_all(urls: str) -> None:
     url = urls
     create_driver(url).close()  # the job store's tables, as `x db migrate` would make them
-    from examples.fastapi_orders.app import app
+    app = fresh_app()
 
     async def scenario() -> tuple[httpx.Response, httpx.Response]:
         async with app.router.lifespan_context(app):
@@ -58,3 +69,27 @@ def test_an_order_and_its_confirmation_commit_together_or_not_at_all(urls: str) 
     finally:
         engine.dispose()
     assert emails == ["ann@example.com"]
+
+
+def test_a_worker_inside_the_app_sends_the_confirmation(urls: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = urls
+    create_driver(url).close()
+    monkeypatch.setenv("ORDERS_IN_PROCESS_WORKER", "1")
+    app = fresh_app()
+
+    async def scenario() -> dict[str, object]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                made = (await client.post("/orders", json={"email": "cy@example.com", "total_cents": 500},
+                                          headers={"X-Org": "acme"})).json()
+            driver = app.state.driver
+            for _ in range(500):  # the in-app worker picks it up within a poll (NOTIFY on PostgreSQL)
+                job = driver.introspect.get(str(made["confirmation_job"]))
+                if job is not None and job.state == "done":
+                    return {"result": job.result}
+                await asyncio.sleep(0.02)
+        return {"result": None}
+
+    outcome = asyncio.run(scenario())
+    assert outcome["result"] is not None and "sent to cy@example.com" in str(outcome["result"])
