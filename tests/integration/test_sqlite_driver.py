@@ -498,3 +498,18 @@ def test_non_json_values_are_refused_before_anything_is_written(driver: SqliteDr
         driver.steps.record(claimed.job.id, claimed.claim_token, "s", {1, 2})
     assert caught.value.code == "X_STEP_RESULT"
     assert driver.steps.load(claimed.job.run_id) == {}
+
+
+def test_async_enqueue_works_again_after_close_as_the_sync_path_does(tmp_path: Path) -> None:
+    import asyncio
+
+    driver = SqliteDriver(str(tmp_path / "x.db"))
+    driver.migrate()
+    try:
+        asyncio.run(driver.aenqueue_many([EnqueueRequest(name="a", payload={})]))
+        driver.close()  # stops the writer thread and closes every connection
+        asyncio.run(driver.aenqueue_many([EnqueueRequest(name="b", payload={})]))
+        driver.enqueue(EnqueueRequest(name="c", payload={}))
+        assert sorted(job.name for job in driver.introspect.list()) == ["a", "b", "c"]
+    finally:
+        driver.close()

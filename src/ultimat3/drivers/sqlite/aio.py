@@ -14,6 +14,7 @@ per job, one commit for a burst of concurrent calls, and the loop is never block
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
@@ -132,8 +133,9 @@ class AsyncWriter:
         call = _Call(jobs, loop, loop.create_future())
         with self._lock:
             if self._closed:
-                raise DriverError("the SQLite driver is closed", "enqueue through an open driver",
-                                  code="X_DRIVER_CLOSED")
+                # As the sync path reopens its connections after close(), a new call starts a new writer.
+                self._closed = False
+                self._thread = None
             self._pending.append(call)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ultimat3-sqlite-async-writer", daemon=True)
@@ -200,5 +202,5 @@ def _resolve(call: _Call, outcome: list[EnqueueResult] | BaseException) -> None:
         else:
             call.future.set_result(outcome)
 
-    if not call.loop.is_closed():
+    with contextlib.suppress(RuntimeError):  # the caller's loop ended meanwhile: nobody is waiting
         call.loop.call_soon_threadsafe(settle)
