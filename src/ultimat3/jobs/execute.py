@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 from ultimat3.core.clock import Clock
 from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
 from ultimat3.core.errors import XError
+from ultimat3.core.tracing import attempt_span
 from ultimat3.drivers.protocol import ClaimedJob, JobDriver, NackRequest
 from ultimat3.drivers.values import Serialized, storable, strict_dumps
 from ultimat3.jobs.errors import JobAbortedError
@@ -135,7 +136,10 @@ class AttemptRunner:
         if grant is not None:
             ctx = replace(ctx, grants=(*ctx.grants, grant))
         try:
-            return await self._run(handle, claimed, model, ctx, signal)
+            with attempt_span(job.name, job.queue, job.id, job.attempt, job.traceparent) as span:
+                outcome = await self._run(handle, claimed, model, ctx, signal)
+                span.outcome(outcome.kind, outcome.error)
+                return outcome
         finally:
             if grant is not None:
                 grant.revoke()

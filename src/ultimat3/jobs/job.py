@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ultimat3.core.clock import to_seconds
 from ultimat3.core.context import Ctx, current_ctx
 from ultimat3.core.errors import XError, check, fail
+from ultimat3.core.tracing import enqueue_span
 from ultimat3.drivers.limits import check_depth
 from ultimat3.drivers.protocol import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
 from ultimat3.jobs.duration import DurationInput, parse_duration
@@ -299,8 +300,10 @@ class JobHandle(Generic[InT]):
         """
         target = self._driver(driver)
         options = EnqueueOptions(delay=delay, run_at=run_at, priority=priority, on_conflict=on_conflict)
-        request = self.build_request(input, options, now=self._now(target), ctx=current_ctx())
-        return target.enqueue(request, connection=connection)
+        ctx = current_ctx()
+        with enqueue_span(self.name, self.queue, 1, ctx.traceparent) as traceparent:
+            request = self.build_request(input, options, now=self._now(target), ctx=ctx)
+            return target.enqueue(_traced(request, traceparent), connection=connection)
 
     async def aenqueue(
         self,
@@ -336,9 +339,10 @@ class JobHandle(Generic[InT]):
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_many` from async code: every input validated first, then all or nothing."""
         target = self._driver(driver)
-        requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
-                                                         on_conflict=on_conflict), target)
-        return await target.aenqueue_many(requests, connection=connection)
+        with enqueue_span(self.name, self.queue, len(inputs), current_ctx().traceparent) as traceparent:
+            requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
+                                                             on_conflict=on_conflict), target)
+            return await target.aenqueue_many([_traced(r, traceparent) for r in requests], connection=connection)
 
     def enqueue_many(
         self,
@@ -353,9 +357,10 @@ class JobHandle(Generic[InT]):
     ) -> list[EnqueueResult]:
         """Validate every input first, then queue them all in one transaction (all or nothing)."""
         target = self._driver(driver)
-        requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
-                                                         on_conflict=on_conflict), target)
-        return target.enqueue_many(requests, connection=connection)
+        with enqueue_span(self.name, self.queue, len(inputs), current_ctx().traceparent) as traceparent:
+            requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
+                                                             on_conflict=on_conflict), target)
+            return target.enqueue_many([_traced(r, traceparent) for r in requests], connection=connection)
 
     def _requests(self, inputs: Sequence[InT | Mapping[str, Any] | None], options: EnqueueOptions,
                   target: JobDriver) -> list[EnqueueRequest]:
@@ -371,6 +376,12 @@ class JobHandle(Generic[InT]):
                     error.args = (error.message,)
                 raise
         return requests
+
+
+def _traced(request: EnqueueRequest, traceparent: str | None) -> EnqueueRequest:
+    """``request`` carrying the enqueue span's traceparent (unchanged when there is none)."""
+    return request if traceparent is None or traceparent == request.traceparent else replace(
+        request, traceparent=traceparent)
 
 
 def _non_finite_at(value: Any, path: str) -> str | None:

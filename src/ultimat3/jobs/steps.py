@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 from pydantic_core import to_jsonable_python
 
 from ultimat3.core.clock import Clock, to_datetime
+from ultimat3.core.tracing import step_span
 from ultimat3.drivers.protocol import ClaimedJob, JobDriver, StepRecord
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import StepDuplicateError, StepResultError
@@ -126,8 +127,9 @@ class AsyncStep(_StepCore):
         if record is not None:
             return cast(T, record.result)
         self.signal.raise_if_aborted(name)
-        outcome = fn()
-        result = await outcome if inspect.isawaitable(outcome) else outcome
+        with step_span(name):
+            outcome = fn()
+            result = await outcome if inspect.isawaitable(outcome) else outcome
         return await asyncio.to_thread(self._save, name, result)
 
     async def sleep(self, name: str, duration: DurationInput) -> None:
@@ -149,7 +151,9 @@ class SyncStep(_StepCore):
         if record is not None:
             return cast(T, record.result)
         self.signal.raise_if_aborted(name)
-        return cast(T, self._save(name, fn()))
+        with step_span(name):
+            value = fn()
+        return cast(T, self._save(name, value))
 
     def sleep(self, name: str, duration: DurationInput) -> None:
         """Suspend the run (see :meth:`AsyncStep.sleep`)."""
