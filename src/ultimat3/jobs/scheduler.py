@@ -115,15 +115,15 @@ class Scheduler:
     def _round(self, state: _State, now: float) -> list[Fired]:
         declared = state.declared
         schedule = declared.schedule
+        newest = schedule.latest_at_or_before(now)
         if not state.registered:
-            row = self.driver.schedules.register(declared.key, schedule.latest_at_or_before(now))
+            row = self.driver.schedules.register(declared.key, newest)
             state.registered = True
             state.last = row.last_tick.timestamp()
         last = state.last if state.last is not None else now
-        newest = schedule.latest_at_or_before(now)
         if newest <= last:
             return []
-        due = self._due(schedule, last, now)
+        due = self._due(schedule, last, now, newest)
         out: list[Fired] = []
         for tick, run in due:
             result = self.driver.schedules.fire(declared.key, tick, self._request(declared, tick) if run else None)
@@ -133,14 +133,14 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _due(schedule: Schedule, last: float, now: float) -> list[tuple[float, bool]]:
-        """The ticks to offer, oldest first, each with whether it runs (``False``: passed, skipped)."""
-        recent = schedule.ticks_between(max(last, now - SKIP_GRACE), now, limit=None)
+    def _due(schedule: Schedule, last: float, now: float, newest: float) -> list[tuple[float, bool]]:
+        """The ticks to offer, oldest first, each with whether it runs (``False``: passed, skipped);
+        ``newest`` is the newest tick at or before ``now``."""
         if schedule.catch_up == "all":
             return [(tick, True) for tick in schedule.ticks_between(last, now, limit=CATCH_UP_LIMIT)]
+        recent = schedule.ticks_between(max(last, now - SKIP_GRACE), now, limit=None)
         if recent:
             return [(tick, True) for tick in recent]
-        newest = schedule.latest_at_or_before(now)
         return [(newest, schedule.catch_up == "latest")]
 
     def _request(self, declared: DeclaredSchedule, tick: float) -> EnqueueRequest:
