@@ -7,7 +7,6 @@ interrupt. The traceback is printed only under ``--verbose``.
 
 from __future__ import annotations
 
-import getpass
 import sys
 import traceback
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ import click
 from ultimat3.cli.config import Config, redact_urls
 from ultimat3.cli.render import err_console, visible
 from ultimat3.core.errors import Interrupted, XError, first_line
+from ultimat3.jobs.operator import default_actor
 from ultimat3.tenancy.grants import operator_context
 
 #: Exit code for a usage, configuration or runtime error (click uses 2 for usage errors too).
@@ -108,20 +108,13 @@ class _Root(click.Group):
             if not words or words[0] not in _NOT_OPERATOR:
                 # The CLI is an operator's tool: what it enqueues (a cross-tenant backfill, a
                 # retry) is the operator's act, recorded under their login.
-                stack.enter_context(operator_context(f"cli:{_login()}", "x " + " ".join(words)))
+                stack.enter_context(operator_context(default_actor(), "x " + " ".join(words)))
             try:
                 return super().invoke(ctx)
             finally:
                 config = ctx.obj
                 if isinstance(config, Config):
                     config.close()
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user database entry (containers): still an operator, just unnamed
-        return "unknown"
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})

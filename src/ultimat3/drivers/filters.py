@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
 from ultimat3.drivers.protocol import JobFilter, JobState
-from ultimat3.drivers.values import is_storable_text, text_problem
+from ultimat3.drivers.values import filter_is_storable, text_problem
 
 __all__ = ["FilterParams", "error_code", "filter_params", "matches", "name_matches", "storable_filter",
            "validate_filter"]
@@ -112,8 +112,7 @@ def filter_params(flt: JobFilter, states: Iterable[JobState] | None = None) -> F
 
 def storable_filter(flt: JobFilter) -> bool:
     """Whether every text of ``flt`` could match a stored row (else nothing matches it)."""
-    values = [flt.queue, flt.name, flt.tenant_id, flt.error, *(flt.ids or ())]
-    return all(value is None or is_storable_text(value) for value in values)
+    return filter_is_storable(flt.queue, flt.name, flt.tenant_id, flt.error, *(flt.ids or ()))
 
 
 def name_matches(pattern: str | None, name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, memory_bulk
+from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, close_ledger, memory_bulk
 from ultimat3.drivers.memory.schedules import MemoryScheduleStore
 from ultimat3.drivers.memory.state import (
     _RUNNABLE_WAITING,
@@ -311,11 +311,7 @@ class MemoryDriver:
                 # Dropping the token is what makes the running attempt's next heartbeat fail.
                 job.claim_token = None
                 job.visible_at = None
-                ledger_row = self._store.backfills.get(job.run_id)
-                if ledger_row is not None and ledger_row.status == "running":
-                    ledger_row.status = "cancelled"
-                    ledger_row.error = job.last_error if reason is None else storable(reason)
-                    ledger_row.finished_at = now
+                close_ledger(self._store, job.run_id, job.last_error, now)
             return job.record()
 
     @unknown_key(lambda: None)

@@ -25,7 +25,7 @@ from ultimat3.drivers.protocol import (
 )
 from ultimat3.drivers.values import json_text, require_text, storable
 
-__all__ = ["MemoryAuditLog", "MemoryQueueControl", "memory_bulk"]
+__all__ = ["MemoryAuditLog", "MemoryQueueControl", "close_ledger", "memory_bulk"]
 
 
 def _candidates(store: _Store, request: BulkRequest) -> list[_Job]:
@@ -74,7 +74,7 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
                 job.updated_at = now
                 job.claim_token = None
                 job.visible_at = None
-                _close_ledger(store, job.run_id, job.last_error, now)
+                close_ledger(store, job.run_id, job.last_error, now)
                 touched.append(job)
         else:
             for job in candidates:
@@ -82,7 +82,7 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
                     continue
                 store.set_state(job, "cancelled")  # frees its live key before the row goes
                 del store.jobs[job.id]
-                _close_ledger(store, job.run_id, "deleted by operator", now)
+                close_ledger(store, job.run_id, "deleted by operator", now)
                 touched.append(job)
             remaining_runs = {job.run_id for job in store.jobs.values()}
             for run_id in {job.run_id for job in touched} - remaining_runs:
@@ -96,7 +96,8 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
                      last_id=candidates[-1].id if candidates else None)
 
 
-def _close_ledger(store: _Store, run_id: str, error: str | None, now: float) -> None:
+def close_ledger(store: _Store, run_id: str, error: str | None, now: float) -> None:
+    """Close the running ``x_backfills`` row of a cancelled or deleted run (caller holds the lock)."""
     row = store.backfills.get(run_id)
     if row is not None and row.status == "running":
         row.status = "cancelled"

@@ -105,20 +105,9 @@ def _result(row: Sequence[Any] | None, staged: _Staged) -> EnqueueResult | None:
 async def _on_psycopg(conn: psycopg.AsyncConnection[Any], staged: Sequence[_Staged],
                       channel: str) -> list[EnqueueResult]:
     async def write() -> list[EnqueueResult]:
-        out = []
+        # The sync enqueue_many's statements (batch_steps), never prepared on a caller's connection.
         async with conn.cursor() as cur:
-            for item in staged:
-                params = {**item.params, "channel": channel}
-                for _ in range(_RACE_RETRIES):
-                    # Never a named prepared statement on a caller's connection (it may be pooled).
-                    await cur.execute(_Q["enqueue"], params, prepare=False)
-                    result = _result(await cur.fetchone(), item)
-                    if result is not None:
-                        out.append(result)
-                        break
-                else:
-                    raise race_lost(item.request)
-        return out
+            return await drive_async(cur, batch_steps(staged, channel, retrying=False))
 
     if conn.autocommit:
         async with conn.transaction():

@@ -31,7 +31,7 @@ from ultimat3.drivers.values import json_text, require_text, storable
 if TYPE_CHECKING:
     from ultimat3.drivers.sqlite.driver import SqliteDriver
 
-__all__ = ["SqliteAuditLog", "SqliteQueueControl", "sqlite_bulk"]
+__all__ = ["SqliteAuditLog", "SqliteQueueControl", "audit_switch", "sqlite_bulk"]
 
 _DELETED = "deleted by operator"
 
@@ -101,6 +101,13 @@ def _target_text(target: dict[str, Any]) -> str:
     return json_text(target, what="audit target", code="X_AUDIT_TARGET", hint="describe the target with JSON values")
 
 
+def audit_switch(conn: sqlite3.Connection, now: float, actor: str, paused: bool, target: str, changed: bool) -> None:
+    """The audit row of a pause or resume (of a queue or a schedule), in the caller's transaction."""
+    conn.execute(QUERIES["audit_insert"], {
+        "id": uuid.uuid4().hex, "now": now, "actor": actor, "action": "pause" if paused else "resume",
+        "target": target, "touched": int(changed), "status": "completed", "finished_at": now})
+
+
 def _entry(row: sqlite3.Row) -> AuditEntry:
     return AuditEntry(id=row["id"], at=to_datetime(row["at"]), actor=row["actor"], action=row["action"],
                       target=json.loads(row["target"]), touched=row["touched"], status=row["status"],
@@ -152,9 +159,7 @@ class SqliteQueueControl:
             changed = bool(row["paused"]) != paused if row is not None else paused
             if changed:
                 conn.execute(QUERIES["queue_set"], {"queue": queue, "paused": int(paused), "now": now, "actor": actor})
-            conn.execute(QUERIES["audit_insert"], {
-                "id": uuid.uuid4().hex, "now": now, "actor": actor, "action": "pause" if paused else "resume",
-                "target": target, "touched": int(changed), "status": "completed", "finished_at": now})
+            audit_switch(conn, now, actor, paused, target, changed)
             return changed
 
         changed = self._driver._write(run)

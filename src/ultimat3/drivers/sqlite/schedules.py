@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-import uuid
 from typing import TYPE_CHECKING
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.drivers.protocol import EnqueueRequest, Fired, ScheduleRecord
-from ultimat3.drivers.sqlite.operations import _target_text
+from ultimat3.drivers.sqlite.operations import _target_text, audit_switch
 from ultimat3.drivers.sqlite.rows import QUERIES
 from ultimat3.drivers.staging import stage
 from ultimat3.drivers.values import require_text
@@ -91,9 +90,7 @@ class SqliteScheduleStore:
                 changed = bool(row["paused"]) != paused
                 if changed:
                     conn.execute(QUERIES["schedule_update_paused"], params)
-            conn.execute(QUERIES["audit_insert"], {
-                "id": uuid.uuid4().hex, "now": now, "actor": actor, "action": "pause" if paused else "resume",
-                "target": target, "touched": int(changed), "status": "completed", "finished_at": now})
+            audit_switch(conn, now, actor, paused, target, changed)
             return changed
 
         return self._driver._write(run)
