@@ -100,3 +100,19 @@ def test_a_busy_metrics_port_is_one_coded_line(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "error X_METRICS_PORT" in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_metrics_without_the_extra_is_one_coded_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from click.testing import CliRunner
+
+    from ultimat3.cli import cli
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "ultimat3.contrib.prometheus", raising=False)
+    result = CliRunner().invoke(cli, ["--app", "tests.cli.cli_app", "--database-url", f"sqlite:///{tmp_path / 'x.db'}",
+                                      "worker", "--metrics-port", "0"])
+    assert result.exit_code == 2
+    assert "error X_EXTRA_MISSING" in result.stderr and "ultimat3[prometheus]" in result.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before the database was opened

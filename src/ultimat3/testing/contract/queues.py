@@ -94,3 +94,20 @@ def test_the_overview_shows_state_depth_age_and_the_last_hour(driver: JobDriver,
     work = {info.queue: info for info in driver.queues.overview(window=3600)}["work"]
     assert (work.done_recent, work.dead_recent, work.failed_recent) == (0, 0, 0)
 
+
+
+def test_names_no_driver_can_store_are_refused_coded_before_any_write(driver: JobDriver) -> None:
+    from ultimat3.core.errors import XError
+
+    for call, code in ((lambda: driver.queues.pause("q\x00", "ops"), "X_QUEUE_NAME"),
+                       (lambda: driver.queues.resume("q", "ops\ud800"), "X_AUDIT_ACTOR"),
+                       (lambda: driver.schedules.register("s\x00", 0.0), "X_SCHEDULE_KEY"),
+                       (lambda: driver.schedules.set_paused("s", True, "a\x00"), "X_AUDIT_ACTOR"),
+                       (lambda: driver.audit.open("a\x00", "retry", {}), "X_AUDIT_ACTOR")):
+        try:
+            call()
+        except XError as error:
+            assert error.code == code and error.hint, (code, error)
+        else:
+            raise AssertionError(f"{code}: accepted")
+    assert driver.queues.paused() == [] and driver.schedules.list() == [] and driver.audit.list() == []
