@@ -109,9 +109,11 @@ def test_metrics_without_the_extra_is_one_coded_line(tmp_path: Path, monkeypatch
 
     from ultimat3.cli import cli
 
+    job(name="metrics.declared", tenant="none")(lambda input, ctx: None)  # in this test's registry
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
     monkeypatch.delitem(sys.modules, "ultimat3.contrib.prometheus", raising=False)
-    result = CliRunner().invoke(cli, ["--app", "tests.cli.cli_app", "--database-url", f"sqlite:///{tmp_path / 'x.db'}",
+    monkeypatch.delenv("X_APP", raising=False)
+    result = CliRunner().invoke(cli, ["--database-url", f"sqlite:///{tmp_path / 'x.db'}",
                                       "worker", "--metrics-port", "0"])
     assert result.exit_code == 2
     assert "error X_EXTRA_MISSING" in result.stderr and "ultimat3[prometheus]" in result.stderr
