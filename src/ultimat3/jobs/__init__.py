@@ -27,7 +27,7 @@ from ultimat3.jobs.errors import (
 )
 from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
-from ultimat3.jobs.runtime import get_driver, set_driver
+from ultimat3.jobs.runtime import get_driver, set_driver, set_driver_factory
 from ultimat3.jobs.signal import AbortSignal
 from ultimat3.jobs.steps import AsyncStep, SyncStep
 from ultimat3.jobs.worker import Worker, WorkerEvent
@@ -70,4 +70,5 @@ __all__ = [
     "job",
     "registered_jobs",
     "set_driver",
+    "set_driver_factory",
 ]
