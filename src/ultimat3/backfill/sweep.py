@@ -12,7 +12,6 @@ import functools
 import time
 from typing import Any
 
-from pydantic_core import to_jsonable_python
 from sqlalchemy import Table
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -26,6 +25,7 @@ from ultimat3.backfill.checks import (
     count_remaining,
     source_statement,
 )
+from ultimat3.backfill.cursor import decode_cursor, encode_cursor
 from ultimat3.backfill.definition import (
     BackfillDefinition,
     BackfillError,
@@ -124,7 +124,7 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
 
     # Replay what earlier attempts recorded: no page read, no handler call.
     while (record := step.recorded(batch_step_name(index))) is not None:
-        cursor = record.result["cursor"]
+        cursor = decode_cursor(record.result)
         batches += 1
         rows += int(record.result["rows"])
         index += 1
@@ -150,10 +150,11 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
                 break
             last = page[-1][key]
             awaiter.resolve(definition.handle(Batch(page, ctx, signal, index)))
-            checkpoint = {"cursor": to_jsonable_python(last), "rows": len(page)}
+            checkpoint = {**encode_cursor(last, backfill=name), "rows": len(page)}
             # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
             step.run(step_name, functools.partial(dict, checkpoint))
-            cursor = checkpoint["cursor"]
+            # The key as the database returned it, not its JSON form: the next page compares it.
+            cursor = last
             batches += 1
             rows += len(page)
             index += 1
