@@ -670,3 +670,108 @@ def test_claims_walk_the_claim_index_when_every_job_sits_in_one_queue(
             with conn.transaction(force_rollback=True):
                 plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + QUERIES[name], params).fetchall())
             assert "Seq Scan on x_jobs" not in plan, f"{name} scans the whole table:\n{plan}"
+
+
+# -- a pinned horizon and the claim cursor (issue 22) -------------------------------------------
+
+
+def _buffers(conn: psycopg.Connection[Any], sql_text: str, params: dict[str, Any]) -> int:
+    """Shared buffers hit + read by one execution of a statement, rolled back."""
+    with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql_text, params)
+        row = cur.fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def test_hot_statements_do_not_walk_what_a_pinned_horizon_keeps(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    from datetime import timedelta
+
+    from psycopg.types.json import Jsonb
+
+    from ultimat3.drivers.protocol import Ack
+
+    driver = make_driver()
+    pin = psycopg.connect(migrated)
+    try:
+        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pin.execute("SELECT count(*) FROM x_jobs").fetchone()  # the horizon stays here from now on
+        for _ in range(4):
+            driver.enqueue_many([_job("pin.job") for _ in range(1000)])
+            while batch := driver.claim(ClaimRequest("w", limit=100, queues=("default",))):
+                driver.ack_many([Ack(c.job.id, c.claim_token, None) for c in batch])
+        driver.enqueue_many([_job("pin.job") for _ in range(20)])
+        running = driver.claim(ClaimRequest("w", limit=10, queues=("default",)))
+        first = min(running, key=lambda c: (c.job.run_at, c.job.id)).job
+        now = to_datetime(system_clock.now())
+        with psycopg.connect(migrated, autocommit=True) as conn:
+            base = {"now": now, "visible_at": now + timedelta(seconds=30), "limit": 10, "worker": "x",
+                    "names": None, "queue": "default"}
+            head = _buffers(conn, QUERIES["claim_queue"], base)
+            cursor = _buffers(conn, QUERIES["claim_queue_from"], {
+                **base, "c_priority": 0, "c_run_at": first.run_at, "c_id": first.id})
+            one = {"id": running[0].job.id, "token": running[0].claim_token, "now": now}
+            settle = _buffers(conn, QUERIES["ack_many"], {
+                "ids": [c.job.id for c in running], "tokens": [c.claim_token for c in running],
+                "results": [Jsonb(None)] * len(running), "now": now})
+            beat = _buffers(conn, QUERIES["heartbeat"], {**one, "visible_at": now + timedelta(seconds=30)})
+            lapsed = _buffers(conn, QUERIES["claim_lapsed"], {
+                **base, "queues": None, "now": now + timedelta(hours=1), "floor": now + timedelta(hours=1, seconds=-2)})
+    finally:
+        pin.close()
+    # 4,000 jobs went by under the pin: the walk from the head steps over an entry for each ...
+    assert head > 2000, head
+    # ... the claim from its cursor, the settlement by primary key and the floored lapse search do not.
+    assert cursor < 300, cursor  # the issue's bounds: a claim of 10 and a settlement of 10 under 300
+    assert settle < 300, settle
+    assert beat < 30, beat
+    assert lapsed < 50, lapsed
+
+
+def test_a_row_skipped_while_locked_is_claimed_once_released(make_driver: Callable[..., PostgresDriver],
+                                                             migrated: str) -> None:
+    from ultimat3.drivers.postgres.cursors import STUCK
+
+    clock = ManualClock(system_clock.now())
+    driver = make_driver(clock=clock)
+    jobs = []
+    for _ in range(5):
+        jobs.append(driver.enqueue(_job()).id)
+        clock.advance(0.001)
+    assert [c.job.id for c in driver.claim(ClaimRequest("w", visibility_timeout=300))] == jobs[:1]
+    holder = psycopg.connect(migrated)
+    try:
+        holder.execute("SELECT 1 FROM x_jobs WHERE id = %s FOR UPDATE", (jobs[1],))
+        assert [c.job.id for c in driver.claim(ClaimRequest("w", visibility_timeout=300))] == jobs[2:3]
+        holder.rollback()  # released unchanged: the next claim looks at it again
+        assert [c.job.id for c in driver.claim(ClaimRequest("w", visibility_timeout=300))] == jobs[1:2]
+        # Held for longer than STUCK: the cursor passes it, and claims look it up by key.
+        holder.execute("SELECT 1 FROM x_jobs WHERE id = %s FOR UPDATE", (jobs[3],))
+        assert [c.job.id for c in driver.claim(ClaimRequest("w", visibility_timeout=300))] == jobs[4:5]
+        clock.advance(STUCK)
+        assert driver.claim(ClaimRequest("w", visibility_timeout=300)) == []
+        holder.rollback()
+        assert [c.job.id for c in driver.claim(ClaimRequest("w", visibility_timeout=300))] == jobs[3:4]
+    finally:
+        holder.close()
+
+
+def test_a_late_commit_from_another_process_is_claimed_at_the_next_claim(
+    make_driver: Callable[..., PostgresDriver], migrated: str
+) -> None:
+    claimer = make_driver()
+    seen = Seen()
+    claimer.subscribe(seen)
+    producer = make_driver()
+    with psycopg.connect(migrated) as conn:
+        late = producer.enqueue(_job(), connection=conn).id  # the earliest run_at, committed last
+        early, later = producer.enqueue(_job()).id, producer.enqueue(_job()).id
+        assert [c.job.id for c in claimer.claim(ClaimRequest("w", visibility_timeout=300))] == [early]
+        assert [c.job.id for c in claimer.claim(ClaimRequest("w", visibility_timeout=300))] == [later]
+        seen.queues.clear()
+        conn.commit()
+    assert seen.wait_for("default", 5.0)  # its NOTIFY carries (priority, run_at): the cursor goes back
+    assert [c.job.id for c in claimer.claim(ClaimRequest("w", visibility_timeout=300))] == [late]

@@ -513,3 +513,37 @@ def test_async_enqueue_works_again_after_close_as_the_sync_path_does(tmp_path: P
         assert sorted(job.name for job in driver.introspect.list()) == ["a", "b", "c"]
     finally:
         driver.close()
+
+
+def test_a_reader_holding_the_wal_is_reported_and_the_wal_shrinks_back_after_it(
+    db: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's pinned horizon: a read transaction keeps the WAL from being checkpointed, and it
+    # grows with every write; the worker warns (the same X_DB_HORIZON_PINNED as PostgreSQL's).
+    import ultimat3.drivers.sqlite.driver as sqlite_driver
+    from ultimat3.drivers.protocol import Ack
+
+    monkeypatch.setattr(sqlite_driver, "WAL_SIZE_LIMIT", 256 * 1024)
+    driver = SqliteDriver(str(db), clock=clock)
+    driver.migrate()
+    reader = sqlite3.connect(db)
+    try:
+        assert driver.oldest_snapshot() is None
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM x_jobs").fetchone()
+        for _ in range(5):
+            driver.enqueue_many([EnqueueRequest(name="task", payload={"pad": "x" * 500}) for _ in range(200)])
+            while batch := driver.claim(ClaimRequest("w", limit=50)):
+                driver.ack_many([Ack(c.job.id, c.claim_token, None) for c in batch])
+        holder = driver.oldest_snapshot()
+        assert holder is not None and holder.kind == "wal-reader"
+        assert "WAL frames" in (holder.state or "") and str(db) in holder.describe()
+        grown = os.path.getsize(f"{db}-wal")
+        assert grown > 1024 * 1024
+    finally:
+        reader.rollback()
+        reader.close()
+    assert driver.oldest_snapshot() is None  # the checkpoint now copies every frame ...
+    driver.enqueue(job())  # ... the next write starts the WAL over, and it is truncated back
+    assert os.path.getsize(f"{db}-wal") <= 256 * 1024 < grown
+    driver.close()

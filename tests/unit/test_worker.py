@@ -408,3 +408,41 @@ def test_a_lone_ack_is_not_held_back(memory: MemoryDriver) -> None:
     finally:
         worker.close()
     assert memory.introspect.list()[0].state == "done"
+
+
+def test_a_worker_with_prune_after_deletes_finished_jobs_older_than_that(
+    memory: MemoryDriver, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ultimat3.jobs.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "PRUNE_INTERVAL", 0.01)
+
+    @job(name="noop", tenant="none", input=Item)
+    def noop(input: Item, ctx: Ctx) -> None:
+        return None
+
+    old = noop.enqueue({"n": 1}, driver=memory).id
+    assert drain(memory) == 1
+    clock.advance(8 * 86400)
+    recent = noop.enqueue({"n": 2}, driver=memory).id
+    assert drain(memory) == 1
+    worker = Worker(memory, environment="test", liveness_interval=None, schedules=False, prune_after=7 * 86400)
+
+    async def run() -> None:
+        task = asyncio.ensure_future(worker._prune(7 * 86400))
+        for _ in range(200):
+            if memory.introspect.get(old) is None:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(run())
+    worker.close()
+    assert memory.introspect.get(old) is None
+    assert state(memory, recent) == "done"
+
+
+def test_prune_after_must_be_positive(memory: MemoryDriver) -> None:
+    with pytest.raises(XError) as refused:
+        Worker(memory, prune_after=0)
+    assert refused.value.code == "X_WORKER_CONFIG" and "prune_after=0" in refused.value.message

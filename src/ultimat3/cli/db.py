@@ -42,7 +42,8 @@ def migrate(config: Config, as_json: bool) -> None:
 @click.pass_obj
 def health(config: Config, as_json: bool) -> None:
     """What slows a queue down from outside: the transaction holding the database's oldest open
-    snapshot (PostgreSQL; VACUUM keeps every row version newer than it), who it is and for how long."""
+    snapshot (PostgreSQL; VACUUM keeps every row version newer than it), who it is and for how long;
+    on SQLite, a reader that keeps the WAL from being checkpointed (it grows with every write)."""
     driver = config.driver()
     measure = getattr(driver, "oldest_snapshot", None)
     holder = config.call(measure) if callable(measure) else None
@@ -54,7 +55,7 @@ def health(config: Config, as_json: bool) -> None:
                        "query": holder.query}})
         return
     if not callable(measure):
-        say(f"oldest open snapshot: not measured on {driver.name} (PostgreSQL only)")
+        say(f"oldest open snapshot: not measured on {driver.name} (PostgreSQL and SQLite only)")
     elif holder is None:
         say("oldest open snapshot: none (no transaction is open)")
     else:

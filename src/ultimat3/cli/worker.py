@@ -14,6 +14,7 @@ from ultimat3.cli.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logg
 from ultimat3.cli.main import cli
 from ultimat3.core.errors import XError, check
 from ultimat3.drivers.protocol import JobDriver
+from ultimat3.jobs.duration import parse_duration
 from ultimat3.jobs.job import registered_jobs
 from ultimat3.jobs.worker import Worker
 
@@ -76,11 +77,16 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoint binds.")
 @click.option("--no-schedules", is_flag=True,
               help="Do not fire the schedules of the jobs this worker runs (other workers still do).")
+@click.option("--prune-after", default=None, metavar="AGE",
+              help='Retention: delete finished jobs older than AGE ("7d", "12h") every ~5 minutes. Default: keep '
+                   "them (x db prune).")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
                    grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
-                   fail_fast: bool, metrics_port: int | None, metrics_host: str, no_schedules: bool) -> None:
+                   fail_fast: bool, metrics_port: int | None, metrics_host: str, no_schedules: bool,
+                   prune_after: str | None) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
+    retention = parse_duration(prune_after, what="--prune-after") if prune_after is not None else None
     config.load_apps()
     check(
         registered_jobs(),
@@ -94,7 +100,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
     metrics = metrics_class(driver) if metrics_class is not None else None
     worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
-                    environment=config.environment, schedules=not no_schedules,
+                    environment=config.environment, schedules=not no_schedules, prune_after=retention,
                     on_event=metrics.on_event if metrics is not None else None)
     if metrics is not None and metrics_port is not None:
         try:

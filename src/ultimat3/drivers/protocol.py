@@ -87,13 +87,23 @@ class JobRecord:
     result: Any = None
 
 
+#: The starvation bound of every driver's claim, in seconds of its clock: a job that is runnable
+#: is handed out by a claim made this long after it became so at the latest (a claim that finds
+#: ``limit`` jobs ahead of it in claim order excepted), even when nothing announced it to the
+#: claimer -- a commit behind the claimer's position in claim order, a lapsed claim, a row another
+#: transaction held while the claim passed. Announced ones (an enqueue, a retry, a rescue, a resume)
+#: go to the next claim. PostgreSQL uses the time to keep claims off what earlier jobs left behind
+#: (see ``ultimat3.drivers.postgres.cursors``); SQLite and memory hand them to the next claim.
+CLAIM_STARVATION_BOUND = 2.0
+
+
 @dataclass(frozen=True)
 class ClaimRequest:
     """Claim up to ``limit`` runnable jobs for ``worker_id``.
 
     Runnable: ``ready``/``delayed``/``suspended`` with ``run_at <= now``, or ``running`` whose
     visibility lapsed (its worker is presumed lost). ``queues``/``names`` of ``None`` mean any.
-    Order: ``priority`` descending, then ``run_at``, then ``id``.
+    Order: ``priority`` descending, then ``run_at``, then ``id``; see :data:`CLAIM_STARVATION_BOUND`.
     """
 
     worker_id: str
@@ -285,7 +295,9 @@ class Fired:
 @dataclass(frozen=True)
 class SnapshotHolder:
     """What holds the database's oldest open snapshot, so VACUUM keeps every row version newer
-    than it (in a queue table: every claim's and settlement's leftovers). ``kind`` is ``backend``
+    than it (in a queue table: every claim's and settlement's leftovers); on SQLite, a reader that
+    keeps the WAL from being checkpointed (``kind`` ``wal-reader``: the file in ``application_name``,
+    the frames left behind in ``state``). ``kind`` is ``backend``
     (a session with an open transaction: ``pid``, ``application_name``, ``state``, the first line of
     its ``query``) or ``prepared`` (a prepared transaction, its gid in ``application_name``);
     ``age`` is how long that transaction has been open, in seconds."""
@@ -300,6 +312,10 @@ class SnapshotHolder:
 
     def describe(self) -> str:
         """One line for logs and the CLI, with what to do about it."""
+        if self.kind == "wal-reader":
+            return (f"a read transaction on {self.application_name} has kept the WAL from being checkpointed for "
+                    f"{self.age:,.0f}s ({self.state}); end it (an open BEGIN or a long SELECT in another "
+                    "connection to the file): the WAL shrinks back at the next checkpoint")
         who = (f"backend pid {self.pid} ({self.backend_type or 'backend'}, application_name "
                f"{self.application_name or '(none)'!r}, state {self.state or '?'})" if self.kind == "backend"
                else f"prepared transaction {self.application_name!r}")

@@ -39,6 +39,8 @@ POLL_FLOOR = 0.25
 SCHEDULE_RECHECK = 5.0
 #: How often a worker looks for a transaction pinning the database's oldest snapshot (seconds).
 HORIZON_CHECK = 15.0
+#: Mean seconds between two retention passes of a worker with ``prune_after`` (jittered +-50%).
+PRUNE_INTERVAL = 300.0
 T = TypeVar("T")
 
 
@@ -71,6 +73,12 @@ class _Active:
     signal: AbortSignal
     task: asyncio.Task[None] | None = None
     started: float = field(default_factory=time.monotonic)
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:g}d"
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds:g}s"
 
 
 class Worker:
@@ -111,6 +119,7 @@ class Worker:
         liveness_interval: float | None = 1.0,
         schedules: bool = True,
         horizon_warning: float | None = 60.0,
+        prune_after: float | None = None,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -144,7 +153,16 @@ class Worker:
             "write liveness_interval=1 (seconds), or None to turn the registry and rescue off",
             code="X_WORKER_CONFIG",
         )
+        check(
+            prune_after is None or prune_after > 0,
+            f"Worker(prune_after={prune_after!r}) — the retention must be a positive number of seconds",
+            "write prune_after=7 * 86400 (finished jobs older than a week go), or None to keep them",
+            code="X_WORKER_CONFIG",
+        )
         self.liveness_interval = liveness_interval
+        #: Finished jobs older than this many seconds are deleted by this worker every
+        #: PRUNE_INTERVAL (jittered); ``None``: never (``x db prune`` by hand or from cron).
+        self.prune_after = prune_after
         #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
         #: fires once whichever gets there first).
         self.fire_schedules = schedules
@@ -454,6 +472,21 @@ class Worker:
                                      age=round(holder.age, 1))
             await asyncio.sleep(HORIZON_CHECK)
 
+    async def _prune(self, older_than: float) -> None:
+        # Retention: finished rows are what every hot statement of a queue would otherwise walk
+        # past. Jittered, so a fleet started together does not prune all at once (it may: the
+        # chunks skip each other's rows).
+        while True:
+            await asyncio.sleep(PRUNE_INTERVAL * (0.5 + self._rand()))
+            try:
+                deleted = await self._io(self.driver.prune, older_than)
+            except Exception as error:
+                _throttled.warning("prune", "could not prune finished jobs (%s); will retry", first_line(str(error)))
+                continue
+            if deleted:
+                log.info("pruned %d finished job(s) older than %s", deleted, _age(older_than),
+                         extra={"pruned": deleted})
+
     async def _schedules(self) -> None:
         # Wake at each tick (re-checking at least every SCHEDULE_RECHECK seconds for rows another
         # process moved or an operator paused) and offer what is due; see jobs/scheduler.py.
@@ -504,6 +537,7 @@ class Worker:
         ticks = asyncio.ensure_future(self._schedules()) if self.fire_schedules else None
         horizon = (asyncio.ensure_future(self._watch_horizon(self.horizon_warning))
                    if self.horizon_warning is not None else None)
+        pruning = asyncio.ensure_future(self._prune(self.prune_after)) if self.prune_after is not None else None
         log.info("worker %s started", self.worker_id, extra={"queues": self.queues, "names": self.names})
         try:
             while not self._stopping:
@@ -529,7 +563,7 @@ class Worker:
         finally:
             beats.cancel()
             watch.cancel()
-            for task in (ticks, horizon):
+            for task in (ticks, horizon, pruning):
                 if task is not None:
                     task.cancel()
             if liveness is not None:

@@ -40,6 +40,7 @@ from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.postgres.aio import AsyncBatcher, AsyncPools, enqueue_on_async
 from ultimat3.drivers.postgres.batch import batch_steps, drive, race_lost
+from ultimat3.drivers.postgres.cursors import ClaimCursors
 from ultimat3.drivers.postgres.database import (
     CONNECT_TIMEOUT,
     _all_or_nothing,
@@ -106,6 +107,11 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+#: Settlements are planned on every execution, never from a cached generic plan: a plan cached
+#: while x_jobs was small (a fresh install, right after a prune) scans the whole table, and keeps
+#: doing so as it grows until something invalidates it; planned afresh, a primary-key lookup wins
+#: as soon as the table is more than a few pages (planning one costs ~0.1 ms).
+_PLAN_EACH_TIME = False
 #: How long the one-shot session probe waits for its NOTIFY (a direct connection answers in ~1 ms).
 _PROBE_TIMEOUT = 1.0
 _skew_log = ThrottledLog(_log, every=60.0)
@@ -128,6 +134,11 @@ def _warn_skew(offset: float) -> None:
         host, abs(offset), direction,
         code="X_CLOCK_SKEW", offset=offset, host=host,
     )
+
+
+def _claim_order(row: Row) -> tuple[int, Any, str]:
+    """Claim order: priority (highest first), then run_at, then id."""
+    return -row["priority"], row["run_at"], row["id"]
 
 
 class _Staged:
@@ -236,6 +247,7 @@ class PostgresDriver:
         self._lock = threading.Lock()
         self._subscribers: list[WakeCallback] = []
         self._listener: Listener | None = None
+        self._cursors = ClaimCursors()
         self._closed = False
         self.introspect = PostgresIntrospection(self._db)
         self.steps = PostgresStepStore(self._db)
@@ -248,7 +260,7 @@ class PostgresDriver:
             self._prover = threading.Thread(target=self._prove_sessions, name=f"ultimat3-probe-{channel}",
                                             daemon=True)
             self._prover.start()
-        self.queues = PostgresQueueControl(self._db, channel)
+        self.queues = PostgresQueueControl(self._db, channel, on_change=lambda queue: self._cursors.rescan([queue]))
         self.audit = PostgresAuditLog(self._db)
         self.schedules = PostgresScheduleStore(self)
 
@@ -356,8 +368,7 @@ class PostgresDriver:
         if connection is not None:
             return self._enqueue_one(_caller_connection(connection), staged, retrying=False, prepare=False)
         result = self._db.run(lambda conn, retrying: self._enqueue_one(conn, staged, retrying))
-        if not result.deduped:
-            self._wake([request.queue])
+        self._announce([staged], [result])
         return result
 
     async def aenqueue_many(self, requests: Sequence[EnqueueRequest], connection: Any = None) -> list[EnqueueResult]:
@@ -371,7 +382,7 @@ class PostgresDriver:
         if connection is not None:
             return await enqueue_on_async(self, connection, staged)
         results = await self._async_batcher.submit(staged)
-        self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
+        self._announce(staged, results)
         return results
 
     async def aclose(self) -> None:
@@ -414,7 +425,7 @@ class PostgresDriver:
                 return self._enqueue_batch(conn, staged, retrying)
 
         results = self._db.run(op)
-        self._wake([item.request.queue for item, result in zip(staged, results, strict=True) if not result.deduped])
+        self._announce(staged, results)
         return results
 
     def _enqueue_batch(self, conn: Conn, staged: list[_Staged], retrying: bool,
@@ -428,8 +439,10 @@ class PostgresDriver:
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens.
 
-        One statement (see ``claim_*`` in ``queries.sql``): waiting jobs whose ``run_at`` has come
-        and lapsed ``running`` ones, in claim order, locked with ``FOR UPDATE SKIP LOCKED``.
+        Waiting jobs whose ``run_at`` has come, walked from this driver's cursor for the queue (see
+        :mod:`ultimat3.drivers.postgres.cursors` and ``claim_*`` in ``queries.sql``), and, about
+        once a second, lapsed ``running`` ones; in claim order, locked with ``FOR UPDATE SKIP
+        LOCKED``, in one transaction.
         """
         if request.limit < 1:
             return []
@@ -438,24 +451,52 @@ class PostgresDriver:
         if queues == [] or names == []:
             return []  # "none of these" matches nothing
         now = self.clock.now()
-        params: dict[str, Any] = {
+        listener = self._listener
+        plan = self._cursors.plan(queues, names, now, request.visibility_timeout,
+                                  heard=listener is not None and listener.hears is True)
+        base: dict[str, Any] = {
             "now": to_datetime(now),
             "visible_at": to_datetime(now + request.visibility_timeout),
-            "limit": request.limit,
             "worker": request.worker_id,
             "names": names,
         }
-        if queues is None:
-            query = _Q["claim_any"]
-        elif len(queues) == 1:
-            # Equality, not ANY: only then can the planner walk x_jobs_claim_idx in claim order.
-            query = _Q["claim_queue"]
-            params["queue"] = queues[0]
-        else:
-            query = _Q["claim_queues"]
-            params["queues"] = queues
-        rows = self._db.run(lambda conn, _: _rows(conn).execute(query, params).fetchall())
-        rows.sort(key=lambda row: row["ord"])
+        waiting = {**base, **{k: v for k, v in plan.params.items() if not k.startswith("_")}}
+        if queues is not None:
+            # One queue: equality, not ANY, so the planner walks x_jobs_claim_idx in claim order.
+            waiting.update({"queue": queues[0]} if len(queues) == 1 else {"queues": queues})
+
+        passed = waiting.pop("passed", None)
+
+        def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
+            cur = _rows(conn)
+            if not plan.look_for_lapsed and not passed:
+                return [], cur.execute(_Q[plan.query], {**waiting, "limit": request.limit}).fetchall()
+            with conn.transaction():
+                early: list[Row] = []
+                if plan.look_for_lapsed:
+                    early += cur.execute(_Q["claim_lapsed"], {**base, "queues": queues, "floor": plan.lapsed_floor,
+                                                              "limit": request.limit}).fetchall()
+                if passed and len(early) < request.limit:
+                    early += cur.execute(_Q["claim_passed"], {**base, "passed": passed,
+                                                              "limit": request.limit - len(early)},
+                                         prepare=_PLAN_EACH_TIME).fetchall()
+                left = request.limit - len(early)
+                fresh = cur.execute(_Q[plan.query], {**waiting, "limit": left}).fetchall() if left > 0 else []
+            return early, fresh
+
+        try:
+            early, fresh = self._db.run(op)
+        except BaseException:
+            self._cursors.failed(plan)  # the windows this claim would have covered are looked at again
+            raise
+        if fresh:
+            first = min(fresh, key=_claim_order)
+            head = first["head_priority"], first["head_run_at"], first["head_id"]
+            self._cursors.claimed(plan, None if head[0] is None else head,
+                                  (first["priority"], first["run_at"], first["id"]), [row["id"] for row in fresh], now)
+        if early:
+            self._cursors.taken(plan, [row["id"] for row in early])
+        rows = sorted([*early, *fresh], key=_claim_order)
         return [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
 
     @fenced_key(lambda: False)
@@ -463,7 +504,7 @@ class PostgresDriver:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
         encoded = Jsonb(result_text(result, what=f"result of job {job_id}"), dumps=_as_is)
         params = {"id": job_id, "token": claim_token, "result": encoded, "now": to_datetime(self.clock.now())}
-        return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params).rowcount) == 1
+        return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params, prepare=_PLAN_EACH_TIME).rowcount) == 1
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
@@ -477,7 +518,8 @@ class PostgresDriver:
             "results": [r for r, ok in zip(results, usable, strict=True) if ok],
             "now": to_datetime(self.clock.now()),
         }
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params).fetchall())
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
+                                                                  prepare=_PLAN_EACH_TIME).fetchall())
         done = {row[0] for row in rows}
         return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
 
@@ -495,7 +537,8 @@ class PostgresDriver:
             "error": None if request.error is None else storable(request.error),
             "now": to_datetime(now),
         }
-        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["nack"], params).fetchone())
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["nack"], params,
+                                                                 prepare=_PLAN_EACH_TIME).fetchone())
         if row is None:
             return False
         self._wake([row[0]])
@@ -511,7 +554,8 @@ class PostgresDriver:
             "visible_at": to_datetime(now + visibility_timeout),
             "now": to_datetime(now),
         }
-        return self._db.run(lambda conn, _: conn.execute(_Q["heartbeat"], params).rowcount) == 1
+        beat = _Q["heartbeat"]
+        return self._db.run(lambda conn, _: conn.execute(beat, params, prepare=_PLAN_EACH_TIME).rowcount) == 1
 
     @unknown_key(lambda: None)
     def cancel(self, job_id: str, reason: str | None = None) -> JobRecord | None:
@@ -674,11 +718,20 @@ class PostgresDriver:
         """The LISTEN thread, once something subscribed (for diagnostics and tests)."""
         return self._listener
 
+    def _announce(self, staged: Sequence[_Staged], results: Sequence[EnqueueResult]) -> None:
+        """Committed jobs of this process: claim cursors past them move back (the NOTIFY does so in
+        every process that listens; this covers a driver that does not), then wake-ups."""
+        fresh = [item for item, result in zip(staged, results, strict=True) if not result.deduped]
+        self._cursors.ready_many((item.request.queue, item.params["priority"], item.params["run_at"]) for item in fresh)
+        self._wake([item.request.queue for item in fresh])
+
     def _wake(self, queues: Sequence[str]) -> None:
         for queue in dict.fromkeys(queues):
             self._dispatch(queue)
 
-    def _dispatch(self, queue: str) -> None:
+    def _dispatch(self, payload: str) -> None:
+        # A structured notice moves claim cursors back first; subscribers hear of its queue.
+        queue = self._cursors.notice(payload)
         with self._lock:
             callbacks = list(self._subscribers)
         for callback in callbacks:

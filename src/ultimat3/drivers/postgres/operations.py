@@ -130,9 +130,11 @@ class PostgresAuditLog:
 class PostgresQueueControl:
     """Queue pause in ``x_queues``; every claim skips the paused ones, a resume NOTIFYs the fleet."""
 
-    def __init__(self, db: _Database, channel: str) -> None:
+    def __init__(self, db: _Database, channel: str, on_change: Callable[[str], None] | None = None) -> None:
         self._db = db
         self._channel = channel
+        #: Told of every committed change, in this process (the NOTIFY reaches the others).
+        self._on_change = on_change
 
     def _set(self, queue: str, actor: str, paused: bool) -> bool:
         require_text("X_QUEUE_NAME", queue=queue)
@@ -148,7 +150,10 @@ class PostgresQueueControl:
                 row = cur.execute(_Q["queue_set"], params).fetchone()
             return bool(row is not None and row[0])
 
-        return self._db.run(op)
+        changed = self._db.run(op)
+        if changed and self._on_change is not None:
+            self._on_change(queue)
+        return changed
 
     def pause(self, queue: str, actor: str) -> bool:
         """Pause ``queue``; ``False`` when it already was."""

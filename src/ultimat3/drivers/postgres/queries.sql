@@ -41,6 +41,11 @@ SELECT extract(epoch FROM clock_timestamp())::float8
 -- Enqueue
 -- ----------------------------------------------------------------------------------------------
 
+-- name: _ready_notice
+-- The NOTIFY payload for jobs made ready at (priority, run_at) in a queue: RS J RS priority RS
+-- run_at (epoch ms, floored) RS queue. A claimer whose cursor is past that key moves it back.
+chr(30) || 'J' || chr(30) || priority || chr(30) || floor(extract(epoch FROM run_at) * 1000)::bigint || chr(30) || queue
+
 -- name: enqueue
 -- One job in one statement: insert unless a live job holds (name, key), else return that job.
 -- The NOTIFY rides in the same statement, so it is delivered exactly when the row commits. When
@@ -55,9 +60,9 @@ WITH ins AS (
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
         DO NOTHING
-    RETURNING id, run_id, queue
+    RETURNING id, run_id, queue, priority, run_at
 )
-SELECT id, run_id, false AS deduped, pg_notify(%(channel)s, queue)::text AS notified FROM ins
+SELECT id, run_id, false AS deduped, pg_notify(%(channel)s, {{_ready_notice}})::text AS notified FROM ins
 UNION ALL
 SELECT id, run_id, true, NULL FROM x_jobs
 WHERE NOT EXISTS (SELECT 1 FROM ins)
@@ -66,7 +71,8 @@ WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
 -- name: enqueue_many
--- A batch in one statement: arrays in, one row per inserted job out, plus one NOTIFY per queue.
+-- A batch in one statement: arrays in, one row per inserted job out, plus one NOTIFY per queue and
+-- priority (at its earliest run_at).
 -- Rows go in request order, so of two requests sharing a (name, key) the first is the one kept.
 -- Requests the conflict clause skipped are resolved by `live_by_keys` in the same transaction.
 WITH ins AS (
@@ -84,11 +90,12 @@ WITH ins AS (
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
         DO NOTHING
-    RETURNING id, queue
+    RETURNING id, queue, priority, run_at
 )
 SELECT id, NULL::text AS notified FROM ins
 UNION ALL
-SELECT NULL, pg_notify(%(channel)s, q.queue)::text FROM (SELECT DISTINCT queue FROM ins) AS q
+SELECT NULL, pg_notify(%(channel)s, {{_ready_notice}})::text
+FROM (SELECT queue, priority, min(run_at) AS run_at FROM ins GROUP BY queue, priority) AS q
 
 -- name: live_by_keys
 -- The live holders of some (name, key) pairs; sees rows this transaction just inserted.
@@ -106,84 +113,37 @@ SELECT id, run_id FROM x_jobs WHERE id = ANY(%(ids)s::text[])
 SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 
 -- ----------------------------------------------------------------------------------------------
--- Claim: one statement each. Two branches, each walking its own partial index in claim order and
--- locking with SKIP LOCKED so concurrent claimers split the work instead of queueing on it:
---   waiting: ready/delayed/suspended rows whose run_at has come (x_jobs_claim_idx or
---            x_jobs_claim_any_idx);
---   lapsed:  running rows whose visibility ran out, their worker presumed lost
---            (x_jobs_running_visible_idx; normally empty, so nearly free).
--- Both skip paused queues with NOT IN over x_queues (a hashed subplan, read once per statement).
--- Not `queue <> ALL(ARRAY(...))`: when every job sits in one queue, the planner reads that as
--- likely to exclude the queue's whole value and trades the index walk for a seq scan and a sort
--- (x10 per claim, measured); NOT IN keeps the index-ordered plan in every case.
--- The union is cut to the limit in claim order and those rows move to running with attempt + 1
--- and a new claim token (worker : attempt : random) -- new even when the same worker re-claims.
--- `ord` gives the caller the claim order back (RETURNING has none).
--- Three variants differ only in the queue predicate, so each gets the plan that fits it: one
--- queue walks x_jobs_claim_idx from (queue) on, every queue walks x_jobs_claim_any_idx.
+-- Claim. A claim must not walk the index entries earlier jobs left behind: while a transaction
+-- holds the database's oldest snapshot (a pinned MVCC horizon), VACUUM may remove none of them,
+-- and a walk from the head of the claim index steps over one entry per job claimed since.
+-- So each claimer (PostgresDriver) keeps a cursor per queue: the claim-order key of the first row
+-- its last claim could see, and
+--   claim_queue_from / claim_any_from  walk from that cursor at its priority, and from the head of
+--                                      every other priority (empty in a one-priority queue);
+--   claim_queue / claim_any / claim_queues  walk from the head: a claimer's first claim and its
+--                                      periodic catch-up (PostgresDriver.CATCH_UP);
+--   claim_lapsed                       takes running rows whose visibility ran out, walking only
+--                                      visible_at in (floor, now]: run about once a second, floored
+--                                      at the previous run (unfloored once a minute).
+-- A job made ready behind a cursor (a late commit, an explicit past run_at, a rescued job) is
+-- announced by its NOTIFY payload (see _ready_notice), which moves the cursor back to it.
+-- Every branch locks with FOR UPDATE SKIP LOCKED, so concurrent claimers split the work, and skips
+-- paused queues with NOT IN over x_queues (a hashed subplan, read once per statement). Not
+-- `queue <> ALL(ARRAY(...))`: when every job sits in one queue, the planner reads that as likely to
+-- exclude the queue's whole value and trades the index walk for a seq scan and a sort (x10 per
+-- claim, measured); NOT IN keeps the index-ordered plan in every case.
+-- The picked rows move to running with attempt + 1 and a new claim token (worker : attempt :
+-- random) -- new even when the same worker re-claims. `head_*` is the first claimable row the
+-- statement could see, locked or not: the claimer's next cursor (a row skipped because another
+-- transaction held it is not passed by). The caller puts the rows in claim order.
 -- ----------------------------------------------------------------------------------------------
 
--- name: claim_queue
-WITH waiting AS (
-    SELECT id, priority, run_at FROM x_jobs
-    WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+-- name: _claimable
+state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
       AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND queue = %(queue)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), lapsed AS (
-    SELECT id, priority, run_at FROM x_jobs
-    WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND queue = %(queue)s
-      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
-    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-)
-UPDATE x_jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    claimed_by = %(worker)s,
-    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
-    visible_at = %(visible_at)s,
-    updated_at = %(now)s
-FROM picked
-WHERE j.id = picked.id
-RETURNING picked.ord, j.*
 
--- name: claim_queues
-WITH waiting AS (
-    SELECT id, priority, run_at FROM x_jobs
-    WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
-      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND queue = ANY(%(queues)s::text[])
-      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), lapsed AS (
-    SELECT id, priority, run_at FROM x_jobs
-    WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND queue = ANY(%(queues)s::text[])
-      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
-    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-)
+-- name: _claim
 UPDATE x_jobs AS j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -193,60 +153,184 @@ SET state = 'running',
     updated_at = %(now)s
 FROM picked
 WHERE j.id = picked.id
-RETURNING picked.ord, j.*
+RETURNING j.*, (SELECT priority FROM head) AS head_priority, (SELECT run_at FROM head) AS head_run_at,
+          (SELECT id FROM head) AS head_id
+
+-- name: claim_queue
+WITH picked AS (
+    SELECT id FROM x_jobs
+    WHERE {{_claimable}} AND queue = %(queue)s
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), head AS (
+    SELECT priority, run_at, id FROM x_jobs
+    WHERE {{_claimable}} AND queue = %(queue)s
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+)
+{{_claim}}
+
+-- name: claim_queue_from
+-- The ranges in claim order: higher priorities; the cursor's priority from the cursor on; lower
+-- priorities. An
+-- Append under a LIMIT runs them in turn and stops when it has enough (each in a sub-select: a
+-- locking clause may not sit on a UNION member itself).
+WITH picked AS (
+    SELECT id FROM (
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority > %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r1)
+        UNION ALL
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority = %(c_priority)s
+           AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r3)
+        UNION ALL
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority < %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r4)
+    ) AS ranges
+    LIMIT %(limit)s
+), head AS (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority > %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority = %(c_priority)s
+           AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND queue = %(queue)s AND priority < %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+    ) AS ranges
+    LIMIT 1
+)
+{{_claim}}
 
 -- name: claim_any
-WITH waiting AS (
-    SELECT id, priority, run_at FROM x_jobs
+WITH picked AS (
+    SELECT id FROM x_jobs
+    WHERE {{_claimable}}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), head AS (
+    SELECT priority, run_at, id FROM x_jobs
+    WHERE {{_claimable}}
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+)
+{{_claim}}
+
+-- name: claim_any_from
+WITH picked AS (
+    SELECT id FROM (
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND priority > %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r5)
+        UNION ALL
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r7)
+        UNION ALL
+        (SELECT id FROM (SELECT id FROM x_jobs
+         WHERE {{_claimable}} AND priority < %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r8)
+    ) AS ranges
+    LIMIT %(limit)s
+), head AS (
+    SELECT priority, run_at, id FROM (
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND priority > %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+        UNION ALL
+        (SELECT priority, run_at, id FROM x_jobs
+         WHERE {{_claimable}} AND priority < %(c_priority)s
+         ORDER BY priority DESC, run_at, id LIMIT 1)
+    ) AS ranges
+    LIMIT 1
+)
+{{_claim}}
+
+-- name: claim_passed
+-- Rows a cursor passed while another transaction held them, by primary key (run only when there
+-- are some, planned afresh each time: a plan cached while the table was small would scan it).
+WITH picked AS (
+    SELECT id FROM (
+        SELECT id, queue, name, run_at, state FROM x_jobs
+        WHERE id = ANY(%(passed)s::text[])
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS held
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
       AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), lapsed AS (
-    SELECT id, priority, run_at FROM x_jobs
-    WHERE state = 'running' AND visible_at <= %(now)s
-      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
-    FROM (SELECT * FROM waiting UNION ALL SELECT * FROM lapsed) AS candidates
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
+), head AS (
+    SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
 )
-UPDATE x_jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    claimed_by = %(worker)s,
-    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
-    visible_at = %(visible_at)s,
-    updated_at = %(now)s
-FROM picked
-WHERE j.id = picked.id
-RETURNING picked.ord, j.*
+{{_claim}}
+
+-- name: claim_queues
+-- Several named queues: `queue = ANY` cannot walk x_jobs_claim_idx in claim order, so this one
+-- reads every claimable entry of those queues and sorts (and keeps no cursor).
+WITH picked AS (
+    SELECT id FROM x_jobs
+    WHERE {{_claimable}} AND queue = ANY(%(queues)s::text[])
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), head AS (
+    SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
+)
+{{_claim}}
+
+-- name: claim_lapsed
+WITH picked AS (
+    SELECT id FROM x_jobs
+    WHERE state = 'running' AND visible_at <= %(now)s AND visible_at > %(floor)s
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+    ORDER BY visible_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), head AS (
+    SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
+)
+{{_claim}}
 
 -- ----------------------------------------------------------------------------------------------
 -- Settlement: every write a worker makes is FENCED on (running, its claim token) in the WHERE
 -- clause itself, so a stale worker's write matches no row and changes nothing.
+-- The state is tested as `state || '' = 'running'`: the same test, which the planner cannot match
+-- to the partial index x_jobs_running_visible_idx, so the row is found by its primary key. With
+-- `state = 'running'` it may walk that index instead (its statistics say few rows run), and under
+-- a pinned horizon the index holds an entry for every job claimed since the pin.
 -- ----------------------------------------------------------------------------------------------
 
 -- name: ack
 UPDATE x_jobs
 SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
     claim_token = NULL, visible_at = NULL, last_error = NULL
-WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
 
 -- name: ack_many
 -- Many acks, one statement and one commit; each row is fenced on its own token exactly as `ack` is.
+-- `j.id = ANY(ids)` restricts x_jobs itself, so even with statistics from when the table was small
+-- the rows are fetched by primary key, never by a scan of the table joined to the list.
 UPDATE x_jobs AS j
 SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
     claim_token = NULL, visible_at = NULL, last_error = NULL
 FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, token, result)
-WHERE j.id = v.id AND j.state = 'running' AND j.claim_token = v.token
+WHERE j.id = ANY(%(ids)s::text[]) AND j.id = v.id AND j.state || '' = 'running' AND j.claim_token = v.token
 RETURNING j.id
 
 -- name: nack
@@ -263,12 +347,12 @@ SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s OR %(release)s THEN '
     claim_token = NULL,
     visible_at = NULL,
     updated_at = %(now)s
-WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
 RETURNING queue
 
 -- name: heartbeat
 UPDATE x_jobs SET visible_at = %(visible_at)s, updated_at = %(now)s
-WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
 
 -- ----------------------------------------------------------------------------------------------
 -- Operator actions
@@ -489,7 +573,7 @@ SELECT run_id, name, result, created_at FROM x_job_steps WHERE run_id = %(run_id
 -- count says whether the fence held, whether or not the name was new.
 WITH job AS (
     SELECT run_id FROM x_jobs
-    WHERE id = %(id)s AND state = 'running' AND claim_token = %(token)s
+    WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
     FOR SHARE
 ), ins AS (
     INSERT INTO x_job_steps (run_id, name, result, created_at)
@@ -648,11 +732,11 @@ WITH doomed AS (
         last_error = %(error_prefix)s || d.claimed_by || %(error_suffix)s, updated_at = %(now)s
     FROM doomed AS d
     WHERE j.id = d.id AND j.state = 'running'
-    RETURNING j.id, j.queue, d.claimed_by AS worker
+    RETURNING j.id, j.queue, j.priority, j.run_at, d.claimed_by AS worker
 ), gone AS (
     DELETE FROM x_workers WHERE id = ANY(%(dead)s::text[])
 )
-SELECT id, queue, worker, pg_notify(%(channel)s, queue)::text AS notified FROM released
+SELECT id, queue, worker, pg_notify(%(channel)s, {{_ready_notice}})::text AS notified FROM released
 ORDER BY id
 
 -- ----------------------------------------------------------------------------------------------
@@ -674,7 +758,10 @@ WITH before AS (
     VALUES (%(audit_id)s, %(now)s, %(actor)s, %(action)s, %(target)s,
             (SELECT count(*) FROM upserted), 'completed', %(now)s)
 )
-SELECT (SELECT count(*) FROM upserted) > 0 AS changed, pg_notify(%(channel)s, %(queue)s)::text AS notified
+-- The notice asks every claimer of the queue to walk it from the head: a claim over every queue
+-- may have moved its cursor past the rows of this one while it was paused.
+SELECT (SELECT count(*) FROM upserted) > 0 AS changed,
+       pg_notify(%(channel)s, chr(30) || 'R' || chr(30) || %(queue)s)::text AS notified
 
 -- name: queue_lock
 -- Pauses and resumes of one queue take turns, so two operators cannot both read "not paused".

@@ -143,7 +143,9 @@ class PostgresStepStore:
             "result": value,
             "now": to_datetime(self._db.now()),
         }
-        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params).fetchone())
+        # Planned afresh each time, as settlements are (see _PLAN_EACH_TIME in driver.py).
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params,
+                                                                 prepare=False).fetchone())
         return row is not None and row[0] == 1
 
 

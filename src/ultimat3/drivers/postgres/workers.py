@@ -264,5 +264,7 @@ class PostgresWorkerRegistry:
                         "nothing to do: the next beat reconnects, and the rescue waits until sessions settle",
                         code="X_DATABASE_UNREACHABLE",
                     ) from exc
+        # Rescued jobs keep their run_at: claim cursors past it walk these queues from the head.
+        self._driver._cursors.rescan({r.queue for r in rescued})
         self._driver._wake([r.queue for r in rescued])
         return rescued

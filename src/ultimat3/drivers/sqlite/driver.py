@@ -38,6 +38,7 @@ from ultimat3.drivers.protocol import (
     NackRequest,
     QueueControl,
     ScheduleStore,
+    SnapshotHolder,
     StepStore,
     WakeCallback,
     WorkerRegistry,
@@ -76,6 +77,8 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _BUSY_BACKOFF_START = 0.005
 _BUSY_BACKOFF_MAX = 0.5
+#: Bytes the WAL file is truncated back to after a checkpoint resets it (``journal_size_limit``).
+WAL_SIZE_LIMIT = 16 * 2**20
 #: The BEGIN that Python's sqlite3 would issue for a connection's ``isolation_level``.
 _BEGIN_FOR_ISOLATION = {
     "": "BEGIN",
@@ -152,6 +155,7 @@ class SqliteDriver:
         self.url = f"sqlite:///{path}"
         # Resolved once: a later chdir must not point a new thread's connection at another file.
         self._file = os.path.realpath(path)
+        self._wal_held_since: float | None = None
         #: Every timestamp this driver writes is read from this clock.
         self.clock: Clock = clock if clock is not None else system_clock
         self._busy_timeout = busy_timeout
@@ -238,6 +242,10 @@ class SqliteDriver:
             # power cut may lose the last commits, never corrupt the file).
             self._retrying(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchall())
             conn.execute("PRAGMA synchronous=NORMAL")
+            # While a reader keeps an old snapshot no checkpoint can reset the WAL, and it grows with
+            # every write; once the reader is gone the next checkpoint resets it and this truncates
+            # the file back, instead of leaving it at its high-water mark for good.
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         except BaseException:
             conn.close()
             raise
@@ -326,6 +334,28 @@ class SqliteDriver:
 
     def _rows(self, query: str, params: dict[str, Any] | None = None) -> list[sqlite3.Row]:
         return self._execute(query, params)[0]
+
+    def oldest_snapshot(self) -> SnapshotHolder | None:
+        """A reader holding the WAL, SQLite's pinned horizon: while a read transaction keeps an old
+        snapshot, no checkpoint can copy the frames written since back into the file, and the WAL
+        grows with every write. Runs a PASSIVE checkpoint (it waits for nobody) and reports, as a
+        ``wal-reader`` holder, how long frames have stayed behind; ``None`` when all were copied.
+        SQLite does not say which connection reads, so the holder names the file instead."""
+        row = self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        busy, frames, copied = (int(row[0]), int(row[1]), int(row[2])) if row is not None else (0, 0, 0)
+        now = time.monotonic()
+        if busy == 0 and (frames <= 0 or copied >= frames):
+            self._wal_held_since = None
+            return None
+        if self._wal_held_since is None:
+            self._wal_held_since = now
+        try:
+            size = os.path.getsize(self._file + "-wal")
+        except OSError:
+            size = 0
+        return SnapshotHolder(kind="wal-reader", age=now - self._wal_held_since, application_name=self._file,
+                              state=f"{max(0, frames - copied):,} of {frames:,} WAL frames ({size / 2**20:,.1f} MiB)"
+                                    " not checkpointed")
 
     def _now(self) -> float:
         return self.clock.now()

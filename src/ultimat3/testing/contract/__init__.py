@@ -17,7 +17,7 @@ A third-party driver proves itself with one test module::
 
 Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
 ``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``operator``, ``prune``, ``queues``,
-``schedules``, ``subscribe``, ``transactions``, ``workers``): a module
+``schedules``, ``starvation``, ``subscribe``, ``transactions``, ``workers``): a module
 per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
@@ -44,6 +44,7 @@ CONCERNS = (
     "queues",
     "schedules",
     "settle",
+    "starvation",
     "steps",
     "subscribe",
     "transactions",

@@ -126,23 +126,34 @@ class Backdoor:
 
     def set_attempt(self, job_id: str, attempt: int) -> None:
         """Force a job's ``attempt`` column."""
+        self._set(job_id, "attempt", attempt)
+
+    def set_run_at(self, job_id: str, run_at: datetime) -> None:
+        """Move a job's ``run_at``, as a write the driver is not told of."""
+        self._set(job_id, "run_at", run_at)
+
+    def _set(self, job_id: str, column: str, value: Any) -> None:
         if self._driver.name == "memory":
-            memory: Any = self._driver  # its private store, on purpose: no public API sets attempt
+            memory: Any = self._driver  # its private store, on purpose: no public API writes these
             store = memory._store
             with store.lock:
-                store.jobs[job_id].attempt = attempt
+                record = store.jobs[job_id]
+                setattr(record, column, value.timestamp() if isinstance(value, datetime) else value)
         elif self._driver.name == "sqlite":
             file = sqlite3.connect(self._sqlite_path)
             try:
-                file.execute("UPDATE x_jobs SET attempt = ? WHERE id = ?", (attempt, job_id))
+                stored = value.timestamp() if isinstance(value, datetime) else value
+                file.execute(f"UPDATE x_jobs SET {column} = ? WHERE id = ?", (stored, job_id))
                 file.commit()
             finally:
                 file.close()
         elif self._driver.name == "postgres":
             import psycopg
+            from psycopg import sql
 
             with psycopg.connect(self._driver.url, autocommit=True) as conn:
-                conn.execute("UPDATE x_jobs SET attempt = %s WHERE id = %s", (attempt, job_id))
+                conn.execute(sql.SQL("UPDATE x_jobs SET {} = %s WHERE id = %s").format(sql.Identifier(column)),
+                             (value, job_id))
         else:
             import pytest
 
