@@ -156,6 +156,7 @@ class SqliteDriver:
         # Resolved once: a later chdir must not point a new thread's connection at another file.
         self._file = os.path.realpath(path)
         self._wal_held_since: float | None = None
+        self._wal_last: tuple[int, int] | None = None
         #: Every timestamp this driver writes is read from this clock.
         self.clock: Clock = clock if clock is not None else system_clock
         self._busy_timeout = busy_timeout
@@ -344,10 +345,15 @@ class SqliteDriver:
         row = self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         busy, frames, copied = (int(row[0]), int(row[1]), int(row[2])) if row is not None else (0, 0, 0)
         now = time.monotonic()
+        last, self._wal_last = self._wal_last, (frames, copied)
         if busy == 0 and (frames <= 0 or copied >= frames):
             self._wal_held_since = None
             return None
-        if self._wal_held_since is None:
+        # A busy file always has some reader in the middle of a statement: frames left behind once
+        # mean nothing. Held means the checkpoint made no progress since the last look (a pinned
+        # reader stops it at the frame its snapshot started at while writers append).
+        progressed = last is None or copied > last[1] or frames < last[0]
+        if self._wal_held_since is None or progressed:
             self._wal_held_since = now
         try:
             size = os.path.getsize(self._file + "-wal")
