@@ -175,3 +175,13 @@ def test_an_in_memory_sqlite_database_cannot_be_the_job_store(tmp_path: Path) ->
     result = site.manage("x", "jobs", "ls")
     assert result.returncode == 2
     assert result.stderr.startswith("error X_DJANGO_SETTINGS: the Django database 'default' is an in-memory SQLite")
+
+
+def test_enqueue_in_a_transaction_of_another_database_than_the_store_is_refused(tmp_path: Path) -> None:
+    site = Site(f"sqlite:///{tmp_path / 'shop.sqlite3'}",
+                {"SHOP_ULTIMAT3": json.dumps({"DATABASE_URL": f"sqlite:///{tmp_path / 'jobs.sqlite3'}"})})
+    # (Short of the gate: its backfill reads the job store's database, which here holds no orders.)
+    ok(site.manage("migrate", "shop", "0002"))
+    result = site.manage("place_orders")
+    assert result.returncode != 0
+    assert "X_DJANGO_TRANSACTION" in result.stderr and "enqueue_on_commit" in result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
@@ -24,7 +25,7 @@ def discovered_modules() -> list[str]:
     for config in apps.get_app_configs():
         for submodule in loaded.discover:
             name = f"{config.name}.{submodule}"
-            if importlib.util.find_spec(config.name) is not None and _exists(name):
+            if _exists(name):
                 found.append(name)
     return [*found, *loaded.apps]
 
