@@ -43,6 +43,8 @@ APP_TABLES_SQLITE = (
     "CREATE TABLE IF NOT EXISTS bf_handled (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS bf_batches (id INTEGER PRIMARY KEY AUTOINCREMENT, idx INTEGER NOT NULL, "
     "worker TEXT NOT NULL, rows INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS bf_exact (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS bf_exact_batches (id INTEGER PRIMARY KEY AUTOINCREMENT, idx INTEGER NOT NULL)",
 )
 APP_TABLES_POSTGRES = (
     "CREATE TABLE IF NOT EXISTS chaos_effects (n integer NOT NULL UNIQUE, job_id text NOT NULL, worker text NOT NULL)",
@@ -54,6 +56,8 @@ APP_TABLES_POSTGRES = (
     "CREATE TABLE IF NOT EXISTS bf_handled (id integer PRIMARY KEY, n integer NOT NULL)",
     "CREATE TABLE IF NOT EXISTS bf_batches (id bigserial PRIMARY KEY, idx integer NOT NULL, "
     "worker text NOT NULL, rows integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS bf_exact (id integer PRIMARY KEY, n integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS bf_exact_batches (id bigserial PRIMARY KEY, idx integer NOT NULL)",
 )
 
 
@@ -244,6 +248,17 @@ def _sweep_handle(batch: Batch) -> None:
     time.sleep(0.02)
 
 
+def _exact_handle(batch: Batch) -> None:
+    # NOT idempotent: every handling adds 1. Written through batch.connection, in the transaction
+    # the batch's checkpoint is recorded in: a kill anywhere leaves both or neither.
+    assert batch.connection is not None
+    batch.connection.execute(sa.text("INSERT INTO bf_exact_batches (idx) VALUES (:idx)"), {"idx": batch.index})
+    batch.connection.execute(
+        sa.text("INSERT INTO bf_exact (id, n) VALUES (:id, 1) ON CONFLICT (id) DO UPDATE SET n = bf_exact.n + 1"),
+        [{"id": row.id} for row in batch.rows])
+    time.sleep(0.02)  # a kill may land here, inside the open transaction
+
+
 def _tick(input: Any, ctx: Ctx) -> str | None:
     return None if ctx.tick is None else ctx.tick.isoformat()
 
@@ -255,7 +270,10 @@ def declare(*, ticks: bool = False) -> dict[str, JobHandle[Any]]:
     block = job(name="chaos.block", tenant="none", input=Block, retry=CHAOS_RETRY)(_block)
     sweep = backfill(engine="job-store", name="chaos.sweep", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
                      handle=_sweep_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
-    declared: dict[str, JobHandle[Any]] = {effect.name: effect, block.name: block, sweep.name: sweep}
+    exact = backfill(engine="job-store", name="chaos.exact", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
+                     handle=_exact_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
+    declared: dict[str, JobHandle[Any]] = {effect.name: effect, block.name: block, sweep.name: sweep,
+                                           exact.name: exact}
     if ticks:
         tick = job(name="chaos.tick", tenant="none", schedule=every("1s"))(_tick)
         declared[tick.name] = tick

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.engine import Engine, Row
+from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select
 
@@ -51,13 +51,21 @@ class Batch:
     ``rows`` are SQLAlchemy ``Row`` objects from the source's select. ``signal`` is the attempt's
     abort signal: pass it to anything slow and stop when it is set. ``index`` is 0-based and is
     also the durable step the batch is recorded under (``batch:<index>``). A batch may be handled
-    twice (the one in flight when an attempt died), so the handler must be idempotent.
+    twice (the one in flight when an attempt died), so the handler must be idempotent -- unless
+    it writes through ``connection``.
+
+    ``connection`` (a SQLAlchemy ``Connection`` in an open transaction) is given when the pass's
+    engine is the job store's own database (``engine="job-store"``): the batch's checkpoint is
+    recorded in that same transaction, so what the handler writes through it commits exactly
+    once with the checkpoint -- a pass killed at any instant replays no batch's writes. Writes made
+    elsewhere (another engine, an API) are still at-least-once. ``None`` otherwise.
     """
 
     rows: list[Row[Any]]
     ctx: Ctx
     signal: AbortSignal
     index: int
+    connection: Connection | None = None
 
 
 @dataclass(frozen=True)

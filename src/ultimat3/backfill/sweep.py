@@ -133,6 +133,8 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
         ledger.progress(run_id, batches, rows)
     reported, reported_at = batches, time.monotonic()
     checked = False
+    # The pass reads the job store's own database: checkpoints can join the handler's transaction.
+    same_database = isinstance(definition.engine, str)
 
     try:
         while True:
@@ -149,10 +151,18 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
             if not page:
                 break
             last = page[-1][key]
-            awaiter.resolve(definition.handle(Batch(page, ctx, signal, index)))
             checkpoint = {**encode_cursor(last, backfill=name), "rows": len(page)}
-            # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
-            step.run(step_name, functools.partial(dict, checkpoint))
+            if same_database:
+                # The handler's writes through batch.connection and the checkpoint: one transaction.
+                with engine().begin() as transaction:
+                    awaiter.resolve(definition.handle(Batch(page, ctx, signal, index, transaction)))
+                    # Fenced: a lost claim refuses the record, raises JobAbortedError, and so rolls
+                    # back the handler's writes with it.
+                    step.run(step_name, functools.partial(dict, checkpoint), connection=transaction)
+            else:
+                awaiter.resolve(definition.handle(Batch(page, ctx, signal, index)))
+                # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
+                step.run(step_name, functools.partial(dict, checkpoint))
             # The key as the database returned it, not its JSON form: the next page compares it.
             cursor = last
             batches += 1

@@ -479,12 +479,15 @@ class StepStore(Protocol):
         """Every recorded step of ``run_id`` by name."""
         ...
 
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+    def record(self, job_id: str, claim_token: str, name: str, result: Any, connection: Any = None) -> bool:
         """Record step ``name`` of the job's run with a JSON-serialisable ``result``.
 
         FENCED: writes only if job ``job_id`` is ``running`` under ``claim_token``; returns
         whether it wrote. Recording a name the run already has keeps the first result and
-        returns ``True`` (a replay is not an error).
+        returns ``True`` (a replay is not an error). ``connection``: the caller's open connection
+        to the job store's own database (as ``enqueue`` takes one): the record is written in its
+        transaction, not committed, so it commits or rolls back with the caller's other writes.
+        A driver with no database to share refuses it (``X_DRIVER_CONNECTION``).
         """
         ...
 

@@ -93,9 +93,9 @@ class _StepCore:
         """The recorded result of ``name`` in this run, if a previous attempt wrote it."""
         return self._load().get(name)
 
-    def _save(self, name: str, result: Any) -> Any:
+    def _save(self, name: str, result: Any, connection: Any = None) -> Any:
         value = _jsonable(self.claimed.job.name, name, result)
-        if not self.driver.steps.record(self.job_id, self.claimed.claim_token, name, value):
+        if not self.driver.steps.record(self.job_id, self.claimed.claim_token, name, value, connection=connection):
             # The fence refused: this attempt no longer owns the job. Stop rather than go on
             # doing work whose checkpoints nobody can see.
             self.signal.abort("claim lost")
@@ -144,8 +144,13 @@ class AsyncStep(_StepCore):
 class SyncStep(_StepCore):
     """The step API a plain ``def`` handler receives (it runs in a worker thread)."""
 
-    def run(self, name: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` once per run and record its JSON result; a retry returns the record instead."""
+    def run(self, name: str, fn: Callable[[], T], *, connection: Any = None) -> T:
+        """Run ``fn`` once per run and record its JSON result; a retry returns the record instead.
+
+        ``connection``: an open connection (sqlite3, psycopg or SQLAlchemy) to the job store's own
+        database, in the transaction ``fn`` wrote in: the record joins it, so the writes and the
+        record commit together or not at all -- a step that is never run twice (SQL drivers).
+        """
         self._claim_name(name)
         record = self.recorded(name)
         if record is not None:
@@ -153,7 +158,7 @@ class SyncStep(_StepCore):
         self.signal.raise_if_aborted(name)
         with step_span(name):
             value = fn()
-        return cast(T, self._save(name, value))
+        return cast(T, self._save(name, value, connection))
 
     def sleep(self, name: str, duration: DurationInput) -> None:
         """Suspend the run (see :meth:`AsyncStep.sleep`)."""

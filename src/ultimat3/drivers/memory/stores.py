@@ -136,12 +136,20 @@ class MemoryStepStore:
             }
 
     @fenced_key(lambda: False)
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
+    def record(self, job_id: str, claim_token: str, name: str, result: Any, connection: Any = None) -> bool:
         """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
 
         Raises an :class:`~ultimat3.core.XError` coded ``X_STEP_RESULT`` when ``result`` is not
-        JSON, whether or not the fence holds: it is a bug in the step, not a lost race.
+        JSON, whether or not the fence holds: it is a bug in the step, not a lost race. There is no
+        database to share a transaction with: a ``connection`` is refused (``X_DRIVER_CONNECTION``).
         """
+        if connection is not None:
+            raise XError(
+                "the memory driver keeps jobs in this process: a step cannot be recorded in a database "
+                "connection's transaction",
+                "use the SQLite or PostgreSQL driver on the database the connection is open on",
+                code="X_DRIVER_CONNECTION",
+            )
         check_step_name(name)
         try:
             stored = _json_copy(result)

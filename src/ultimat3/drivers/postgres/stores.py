@@ -10,7 +10,7 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.errors import StepResultError
 from ultimat3.drivers.filters import error_code, storable_filter
-from ultimat3.drivers.postgres.database import _Database
+from ultimat3.drivers.postgres.database import _caller_connection, _Database
 from ultimat3.drivers.postgres.operations import pg_filter
 from ultimat3.drivers.postgres.rows import (
     _EVERY_JOB,
@@ -120,8 +120,9 @@ class PostgresStepStore:
         }
 
     @fenced_key(lambda: False)
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
-        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``.
+    def record(self, job_id: str, claim_token: str, name: str, result: Any, connection: Any = None) -> bool:
+        """Record step ``name`` if job ``job_id`` is still ``running`` under ``claim_token``
+        (with ``connection``, a psycopg or SQLAlchemy one: inside its transaction, uncommitted).
 
         ``True`` also when the run already had the step (its first result is kept). Raises
         :class:`~ultimat3.drivers.errors.StepResultError` (``X_STEP_RESULT``, not retryable) when
@@ -143,6 +144,10 @@ class PostgresStepStore:
             "result": value,
             "now": to_datetime(self._db.now()),
         }
+        if connection is not None:
+            caller = _caller_connection(connection)
+            row = _tuples(caller).execute(_Q["steps_record"], params, prepare=False).fetchone()
+            return row is not None and row[0] == 1
         # Planned afresh each time, as settlements are (see _PLAN_EACH_TIME in driver.py).
         row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params,
                                                                  prepare=False).fetchone())

@@ -484,6 +484,14 @@ class SqliteDriver:
                 code="X_DRIVER_BUSY",
             ) from exc
 
+    def _joined(self, connection: Any) -> sqlite3.Connection:
+        """The raw connection behind the caller's, its transaction open (as the caller's own first
+        write would open it), so what we write commits or rolls back with theirs."""
+        conn = self._caller_connection(connection)
+        if not conn.in_transaction and _opens_transactions_implicitly(conn):
+            conn.execute(_BEGIN_FOR_ISOLATION.get((conn.isolation_level or "").upper(), "BEGIN"))
+        return conn
+
     def _caller_connection(self, connection: Any) -> sqlite3.Connection:
         """The raw ``sqlite3.Connection`` behind the caller's connection, checked to be our file."""
         raw: object = connection

@@ -119,8 +119,9 @@ class SqliteStepStore:
         }
 
     @fenced_key(lambda: False)
-    def record(self, job_id: str, claim_token: str, name: str, result: Any) -> bool:
-        """Record step ``name`` if the job is running under ``claim_token``; the first result wins."""
+    def record(self, job_id: str, claim_token: str, name: str, result: Any, connection: Any = None) -> bool:
+        """Record step ``name`` if the job is running under ``claim_token``; the first result wins.
+        With ``connection`` (on this driver's file): inside its transaction, uncommitted."""
         check_step_name(name)
         encoded = dumps_json(
             result,
@@ -137,6 +138,8 @@ class SqliteStepStore:
             claimed = conn.execute(QUERIES["job_is_claimed"], {"job_id": job_id, "claim_token": claim_token})
             return claimed.fetchone() is not None
 
+        if connection is not None:
+            return run(self._driver._joined(connection), self._driver._now())
         return self._driver._write(run)
 
 
