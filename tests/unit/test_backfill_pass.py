@@ -598,3 +598,54 @@ def test_a_pass_killed_on_every_attempt_closes_its_ledger_row(memory: MemoryDriv
     assert ledger is not None and ledger.status == "failed"
     assert "X_JOB_ATTEMPTS_EXHAUSTED" in (ledger.error or "")
     assert sweep.handled == []
+
+
+# -- adaptive batch sizing ----------------------------------------------------------------------------
+
+
+def test_an_adaptive_pass_sizes_its_pages_toward_the_time_target(memory: MemoryDriver, sweep: Sweep,
+                                                                  clock: ManualClock, engine: Engine) -> None:
+    from ultimat3.backfill import adaptive
+
+    with engine.begin() as conn:  # 400 rows in all
+        conn.execute(items.insert(), [{"id": i, "org_id": "org-a", "done": False} for i in range(ROWS + 1, 401)])
+    # Each row costs 2 ms of the (manual) clock: a 50 ms target is 25 rows a batch.
+    sweep.on_batch = lambda batch: clock.advance(0.002 * len(batch.rows))
+    queued = sweep.declare(batch=adaptive(target="50ms", min=4, max=1000), rate=1000).enqueue(driver=memory)
+    drain(memory)
+    assert row(memory, queued.id).state == "done"
+    sizes = [len(ids) for _, ids in sweep.handled]
+    assert sizes[:4] == [4, 8, 16, 25]  # from min, at most doubling, then the target's size
+    assert set(sizes[3:-1]) == {25} and sum(sizes) == 400
+
+
+def test_an_adaptive_pass_shrinks_when_batches_get_slow_and_stays_in_its_bounds(
+        memory: MemoryDriver, sweep: Sweep, clock: ManualClock, engine: Engine) -> None:
+    from ultimat3.backfill import adaptive
+
+    with engine.begin() as conn:  # 100 rows in all
+        conn.execute(items.insert(), [{"id": i, "org_id": "org-a", "done": False} for i in range(ROWS + 1, 101)])
+    costs = iter([0.001] * 3 + [0.5] * 10)  # seconds per row: cheap, then a slow patch of the table
+    sweep.on_batch = lambda batch: clock.advance(next(costs, 0.5) * len(batch.rows))
+    sweep.declare(batch=adaptive(target="100ms", min=2, max=8), rate=1000).enqueue(driver=memory)
+    drain(memory)
+    sizes = [len(ids) for _, ids in sweep.handled]
+    assert sizes[:3] == [2, 4, 8]  # capped at max
+    assert sizes[3:6] == [8, 4, 2]  # halved per slow batch, floored at min
+    assert min(sizes[:-1]) == 2 and max(sizes) == 8
+
+
+@pytest.mark.parametrize(("spec", "named"), [
+    ({"target": "50ms", "min": 0, "max": 10}, "adaptive(min=0)"),
+    ({"target": "50ms", "min": 10, "max": 5}, "min is above max"),
+    ({"target": "50ms", "min": 1, "max": 2.5}, "adaptive(max=2.5)"),
+    ({"target": 0, "min": 1, "max": 2}, "adaptive(target=0.0)"),
+])
+def test_bad_adaptive_declarations_are_refused_naming_the_backfill(sweep: Sweep, spec: dict[str, Any],
+                                                                   named: str) -> None:
+    from ultimat3.backfill import adaptive
+
+    with pytest.raises(XError) as refused:
+        sweep.declare(name="items.bad", batch=adaptive(spec["target"], min=spec["min"], max=spec["max"]))
+    assert refused.value.code == "X_BACKFILL_BATCH"
+    assert 'backfill "items.bad"' in refused.value.message and named in refused.value.message

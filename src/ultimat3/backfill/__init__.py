@@ -4,7 +4,8 @@
 ``sweep`` runs a pass; ``pacer`` paces it; ``engines`` finds its database; ``checks`` refuses what
 must not start; ``progress`` reports; ``foreground`` runs one in the caller's process; ``registry``
 enumerates the declared set; ``scope`` grants the cross-tenant capability; ``checksum`` fingerprints
-the code; ``requires`` answers ``requires=``; ``gate`` is the deploy gate.
+the code; ``sizing`` sizes pages (``adaptive``); ``cursor`` stores the key a pass resumes from;
+``requires`` answers ``requires=``; ``gate`` is the deploy gate.
 """
 
 from ultimat3.backfill.checks import check_source_tables, requirement_error
@@ -42,12 +43,14 @@ from ultimat3.backfill.requires import (
     alembic_revision,
     x_migration,
 )
+from ultimat3.backfill.sizing import Adaptive, adaptive
 from ultimat3.backfill.sweep import run_pass
 
 __all__ = [
     "DEFAULT_BACKFILL_BATCH",
     "DEFAULT_BACKFILL_RATE",
     "JOB_STORE",
+    "Adaptive",
     "AlembicRevision",
     "BackfillDeclaration",
     "BackfillDefinition",
@@ -64,6 +67,7 @@ __all__ = [
     "ProgressListener",
     "RequirementNotApplied",
     "XMigration",
+    "adaptive",
     "add_progress_listener",
     "alembic_revision",
     "backfill",

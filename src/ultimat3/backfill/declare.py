@@ -26,6 +26,7 @@ from ultimat3.backfill.definition import (
 from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
 from ultimat3.backfill.registry import _stamp
 from ultimat3.backfill.requires import MigrationRequirement, as_requirement
+from ultimat3.backfill.sizing import Adaptive
 from ultimat3.backfill.sweep import run_pass
 from ultimat3.core.clock import Clock
 from ultimat3.core.context import ENVIRONMENTS, Ctx, Environment
@@ -86,7 +87,7 @@ def backfill(
     tenant: Tenant | _Missing = _MISSING,
     source: Source | _Missing = _MISSING,
     handle: Handle | _Missing = _MISSING,
-    batch: int = DEFAULT_BACKFILL_BATCH,
+    batch: int | Adaptive = DEFAULT_BACKFILL_BATCH,
     rate: float = DEFAULT_BACKFILL_RATE,
     queue: str = DEFAULT_QUEUE,
     retry: RetryPolicy | None = None,
@@ -106,7 +107,8 @@ def backfill(
       are required.
     - ``source(ctx) -> Select``: called inside the pass for every page; it must select the key.
       ``handle(batch)``: sync or async, idempotent (one batch may be handled twice).
-    - ``batch``: rows per page/step, a whole number >= 1. ``rate``: batches per second, finite
+    - ``batch``: rows per page/step, a whole number >= 1, or ``adaptive(target="500ms", min=100,
+      max=10_000)`` to size each page from measured batch durations. ``rate``: batches per second, finite
       and > 0 (fractions allowed); there is no unthrottled mode.
     - ``requires``: an ``x_migrations`` id, or :func:`~ultimat3.backfill.requires.alembic_revision`.
       ``environments``: where it may run (omitted: everywhere). ``count(ctx)``: rows still
@@ -152,11 +154,13 @@ def backfill(
             code="X_BACKFILL_HANDLE",
         )
     # Refused where it was written: a bad batch found inside the pass is a dead-lettered job.
+    if isinstance(batch, Adaptive):
+        batch = batch.validated(name)
     check(
-        isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1,
+        isinstance(batch, Adaptive) or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1),
         f'backfill "{name}" declares batch={batch!r} — a batch is a whole number of rows, at least 1',
         f'write batch={DEFAULT_BACKFILL_BATCH} on backfill(name="{name}") — the rows one statement reads '
-        "and one durable step records",
+        "and one durable step records (or batch=adaptive(target=\"500ms\") to size it from batch durations)",
         code="X_BACKFILL_BATCH",
     )
     # Same voice and reason as batch — except an unpaced sweep is not a dead job but a saturated

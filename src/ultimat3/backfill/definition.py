@@ -14,6 +14,7 @@ from sqlalchemy.sql.selectable import Select
 
 from ultimat3.backfill.pacer import Pacer
 from ultimat3.backfill.requires import MigrationRequirement
+from ultimat3.backfill.sizing import Adaptive
 from ultimat3.core.context import Ctx, Environment
 from ultimat3.core.errors import XError
 from ultimat3.jobs.job import Tenant
@@ -139,7 +140,7 @@ class BackfillDefinition:
     tenant: Tenant
     source: Source
     handle: Handle
-    batch: int
+    batch: int | Adaptive
     rate: float
     checksum: str
     pacer: Pacer

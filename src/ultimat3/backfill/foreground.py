@@ -21,6 +21,7 @@ from ultimat3.backfill.engines import LazyEngine
 from ultimat3.backfill.progress import emit
 from ultimat3.backfill.registry import backfill_origin
 from ultimat3.backfill.scope import backfill_scope
+from ultimat3.backfill.sizing import BatchSizer
 from ultimat3.core.context import Actor, Ctx, Environment, default_environment, use_ctx
 from ultimat3.core.errors import Interrupted, first_line
 from ultimat3.drivers.protocol import JobDriver
@@ -66,7 +67,8 @@ def dry_run(handle: JobHandle[Any], driver: JobDriver | None = None,
         if definition.count is None:
             return DryRun(definition.name, None, None, None)
         rows = count_remaining(definition, pass_ctx, engine)
-    batches = math.ceil(rows / definition.batch)
+    # An adaptive pass starts at its min: the estimate is the most batches it can take.
+    batches = math.ceil(rows / BatchSizer(definition.batch).size)
     return DryRun(definition.name, rows, batches, batches / definition.rate)
 
 

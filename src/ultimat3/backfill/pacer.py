@@ -83,6 +83,10 @@ class Pacer:
         self._last: float | None = None
         self._lock = threading.Lock()
 
+    def monotonic(self) -> float:
+        """The pacer's clock (injectable), for timing what a pass does between its waits."""
+        return self._clock.monotonic()
+
     @property
     def rate(self) -> float:
         """Batches per second."""

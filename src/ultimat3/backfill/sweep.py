@@ -38,6 +38,7 @@ from ultimat3.backfill.definition import (
 from ultimat3.backfill.engines import LazyEngine
 from ultimat3.backfill.progress import emit
 from ultimat3.backfill.scope import backfill_scope
+from ultimat3.backfill.sizing import BatchSizer
 from ultimat3.core.context import Ctx
 from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import BackfillLedger
@@ -96,7 +97,7 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
 
 
 def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
-                    engine: Engine) -> tuple[Select[Any], int]:
+                    engine: Engine, limit: int) -> tuple[Select[Any], int]:
     """The page's statement and the POSITION of the key among its columns.
 
     Built afresh for every page: source is lazy, and scoping happens against the pass's ctx. The
@@ -111,7 +112,7 @@ def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first
         # Grouped: an OR inside the source's own criteria must not swallow the cursor condition.
         stmt = and_where(stmt, key > cursor)
     # The pass owns the order and the limit: keyset paging is only correct in key order.
-    page = stmt.order_by(None).order_by(key).limit(definition.batch)
+    page = stmt.order_by(None).order_by(key).limit(limit)
     return scoped(page, ctx, bind=engine), position
 
 
@@ -135,12 +136,15 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
     checked = False
     # The pass reads the job store's own database: checkpoints can join the handler's transaction.
     same_database = isinstance(definition.engine, str)
+    sizer = BatchSizer(definition.batch)
 
     try:
         while True:
             step_name = batch_step_name(index)
             definition.pacer.wait(signal, step_name)
-            statement, key = _page_statement(definition, ctx, cursor, index == 0, engine())
+            limit = sizer.size
+            began = definition.pacer.monotonic()
+            statement, key = _page_statement(definition, ctx, cursor, index == 0, engine(), limit)
             if not checked:
                 check_source_tables(definition, statement, engine())
                 checked = True
@@ -165,6 +169,7 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
                 step.run(step_name, functools.partial(dict, checkpoint))
             # The key as the database returned it, not its JSON form: the next page compares it.
             cursor = last
+            sizer.observe(len(page), definition.pacer.monotonic() - began)
             batches += 1
             rows += len(page)
             index += 1
@@ -175,7 +180,7 @@ def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: Laz
                 ledger.progress(run_id, batches, rows)
                 reported, reported_at = batches, time.monotonic()
             emit(BackfillProgress(name, run_id, batches, rows, replayed=False))
-            if len(page) < definition.batch:
+            if len(page) < limit:
                 break  # a short page: the key range is exhausted, no need to pay for an empty read
     finally:
         if batches != reported:
