@@ -89,6 +89,7 @@ def test_click_errors_are_coded_too(x: X) -> None:
     for args, code in ((("jobs", "ls", "--limit", "20000"), "X_CLI_VALUE"),
                        (("jobs", "ls", "--state", "bogus"), "X_CLI_VALUE"),
                        (("worker", "--log-level", "loud"), "X_CLI_VALUE"),
+                       (("worker", "--prune-after", "soon"), "X_DURATION"),
                        (("jobs", "ls", "--no-such-flag"), "X_CLI_USAGE"),
                        (("no-such-command",), "X_CLI_USAGE")):
         result = x(*args)
