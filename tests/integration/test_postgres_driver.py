@@ -775,3 +775,26 @@ def test_a_late_commit_from_another_process_is_claimed_at_the_next_claim(
         conn.commit()
     assert seen.wait_for("default", 5.0)  # its NOTIFY carries (priority, run_at): the cursor goes back
     assert [c.job.id for c in claimer.claim(ClaimRequest("w", visibility_timeout=300))] == [late]
+
+
+def test_a_one_queue_claim_never_walks_another_queues_backlog(make_driver: Callable[..., PostgresDriver],
+                                                              migrated: str) -> None:
+    # A backlog at a higher priority in another queue: the one-queue claim's higher-priority range
+    # must walk x_jobs_claim_idx from its own queue, not x_jobs_claim_any_idx filtered by queue.
+    driver = make_driver()
+    for start in range(0, 20_000, 5_000):
+        driver.enqueue_many([_job("cold.job", queue="cold", priority=5) for _ in range(start, start + 5_000)])
+    driver.enqueue_many([_job("hot.job", queue="hot") for _ in range(10)])
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        conn.execute("ANALYZE x_jobs")
+        first = conn.execute("SELECT priority, run_at, id FROM x_jobs WHERE queue = 'hot' "
+                             "ORDER BY priority DESC, run_at, id LIMIT 1").fetchone()
+        assert first is not None
+        now = to_datetime(system_clock.now())
+        params = {"now": now, "visible_at": now, "limit": 10, "worker": "x", "names": None, "queue": "hot",
+                  "c_priority": first[0], "c_run_at": first[1], "c_id": first[2]}
+        for name in ("claim_queue", "claim_queue_from"):
+            assert _buffers(conn, QUERIES[name], params) < 300, name
+            with conn.transaction(force_rollback=True):
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + QUERIES[name], params).fetchall())
+            assert "x_jobs_claim_any_idx" not in plan, f"{name} walks the all-queues index:\n{plan}"

@@ -125,6 +125,9 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 --   claim_lapsed                       takes running rows whose visibility ran out, walking only
 --                                      visible_at in (floor, now]: run about once a second, floored
 --                                      at the previous run (unfloored once a minute).
+-- claim_any* and claim_queues add `attempt >= 0` (always true) to match x_jobs_claim_any_idx's
+-- predicate, which a one-queue claim does not state: so the planner can never walk that index
+-- filtering by one queue when x_jobs_claim_idx walks that queue alone.
 -- A job made ready behind a cursor (a late commit, an explicit past run_at, a rescued job) is
 -- announced by its NOTIFY payload (see _ready_notice), which moves the cursor back to it.
 -- Every branch locks with FOR UPDATE SKIP LOCKED, so concurrent claimers split the work, and skips
@@ -214,13 +217,13 @@ WITH picked AS (
 -- name: claim_any
 WITH picked AS (
     SELECT id FROM x_jobs
-    WHERE {{_claimable}}
+    WHERE {{_claimable}} AND attempt >= 0
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), head AS (
     SELECT priority, run_at, id FROM x_jobs
-    WHERE {{_claimable}}
+    WHERE {{_claimable}} AND attempt >= 0
     ORDER BY priority DESC, run_at, id
     LIMIT 1
 )
@@ -230,30 +233,30 @@ WITH picked AS (
 WITH picked AS (
     SELECT id FROM (
         (SELECT id FROM (SELECT id FROM x_jobs
-         WHERE {{_claimable}} AND priority > %(c_priority)s
+         WHERE {{_claimable}} AND attempt >= 0 AND priority > %(c_priority)s
          ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r5)
         UNION ALL
         (SELECT id FROM (SELECT id FROM x_jobs
-         WHERE {{_claimable}} AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         WHERE {{_claimable}} AND attempt >= 0 AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
          ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r7)
         UNION ALL
         (SELECT id FROM (SELECT id FROM x_jobs
-         WHERE {{_claimable}} AND priority < %(c_priority)s
+         WHERE {{_claimable}} AND attempt >= 0 AND priority < %(c_priority)s
          ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS r8)
     ) AS ranges
     LIMIT %(limit)s
 ), head AS (
     SELECT priority, run_at, id FROM (
         (SELECT priority, run_at, id FROM x_jobs
-         WHERE {{_claimable}} AND priority > %(c_priority)s
+         WHERE {{_claimable}} AND attempt >= 0 AND priority > %(c_priority)s
          ORDER BY priority DESC, run_at, id LIMIT 1)
         UNION ALL
         (SELECT priority, run_at, id FROM x_jobs
-         WHERE {{_claimable}} AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
+         WHERE {{_claimable}} AND attempt >= 0 AND priority = %(c_priority)s AND (run_at, id) >= (%(c_run_at)s, %(c_id)s)
          ORDER BY priority DESC, run_at, id LIMIT 1)
         UNION ALL
         (SELECT priority, run_at, id FROM x_jobs
-         WHERE {{_claimable}} AND priority < %(c_priority)s
+         WHERE {{_claimable}} AND attempt >= 0 AND priority < %(c_priority)s
          ORDER BY priority DESC, run_at, id LIMIT 1)
     ) AS ranges
     LIMIT 1
@@ -280,10 +283,10 @@ WITH picked AS (
 
 -- name: claim_queues
 -- Several named queues: `queue = ANY` cannot walk x_jobs_claim_idx in claim order, so this one
--- reads every claimable entry of those queues and sorts (and keeps no cursor).
+-- walks x_jobs_claim_any_idx (`attempt >= 0` lets it) filtered by queue, and keeps no cursor.
 WITH picked AS (
     SELECT id FROM x_jobs
-    WHERE {{_claimable}} AND queue = ANY(%(queues)s::text[])
+    WHERE {{_claimable}} AND attempt >= 0 AND queue = ANY(%(queues)s::text[])
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
