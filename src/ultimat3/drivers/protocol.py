@@ -89,11 +89,13 @@ class JobRecord:
 
 #: The starvation bound of every driver's claim, in seconds of its clock: a job that is runnable
 #: is handed out by a claim made this long after it became so at the latest (a claim that finds
-#: ``limit`` jobs ahead of it in claim order excepted), even when nothing announced it to the
-#: claimer -- a commit behind the claimer's position in claim order, a lapsed claim, a row another
-#: transaction held while the claim passed. Announced ones (an enqueue, a retry, a rescue, a resume)
-#: go to the next claim. PostgreSQL uses the time to keep claims off what earlier jobs left behind
-#: (see ``ultimat3.drivers.postgres.cursors``); SQLite and memory hand them to the next claim.
+#: ``limit`` jobs ahead of it in claim order excepted) -- also when the claimer was not told of it
+#: (it subscribes to nothing, or NOTIFY does not reach it): a commit behind its position in claim
+#: order, a lapsed claim, a row another transaction held while a claim passed. Announced ones (an
+#: enqueue, a rescue, a resume, heard through NOTIFY or made by the claiming driver itself) go to the
+#: next claim. PostgreSQL uses the time to keep claims off what earlier jobs left behind (see
+#: ``ultimat3.drivers.postgres.cursors``; a claimer that hears NOTIFY also walks from the head every
+#: 30 s as a safety net); SQLite and memory hand every runnable job to the next claim.
 CLAIM_STARVATION_BOUND = 2.0
 
 
