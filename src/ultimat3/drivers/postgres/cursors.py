@@ -87,12 +87,14 @@ class _Cursor:
 
 @dataclass(frozen=True)
 class ClaimPlan:
-    """What one claim runs: the waiting statement and its extra parameters, and whether (and from
-    where) to look for lapsed claims first."""
+    """What one claim runs: the waiting statement and its cursor parameters, the passed rows to
+    look up by primary key, and whether (and from where) to look for lapsed claims first."""
 
+    key: Key
     query: str
     params: dict[str, Any]
-    lapsed_floor: datetime | None
+    passed: list[str]
+    lapsed_floor: datetime
     look_for_lapsed: bool
 
 
@@ -110,6 +112,13 @@ def parse_notice(payload: str) -> tuple[str, str, int | None, datetime | None]:
         if len(parts) == 3 and parts[1] == "R":
             return "R", parts[2], None, None
     return "Q", payload, None, None
+
+
+def _forget(cursor: _Cursor, ids: Iterable[str]) -> None:
+    """Claimed rows are no longer passed ones."""
+    if cursor.passed:
+        for job_id in ids:
+            cursor.passed.pop(job_id, None)
 
 
 class ClaimCursors:
@@ -140,7 +149,8 @@ class ClaimCursors:
                     cursor.lapse_full_at = now + LAPSE_FULL_EVERY
                 cursor.lapse_floor = to_datetime(now - LAPSE_OVERLAP)
                 cursor.lapse_at = now + min(LAPSE_EVERY, visibility)
-            params: dict[str, Any] = {"_key": key}
+            params: dict[str, Any] = {}
+            passed: list[str] = []
             if kind == "queues":
                 query = "claim_queues"
             elif cursor.priority is None or cursor.run_at is None or now >= cursor.catch_up_at:
@@ -150,9 +160,8 @@ class ClaimCursors:
             else:
                 query = "claim_any_from" if kind == "any" else "claim_queue_from"
                 params.update(c_priority=cursor.priority, c_run_at=cursor.run_at, c_id=cursor.id)
-                if cursor.passed:
-                    params["passed"] = list(cursor.passed)
-        return ClaimPlan(query, params, floor if floor is not None else _MINUS_INFINITY, look)
+                passed = list(cursor.passed or ())
+        return ClaimPlan(key, query, params, passed, floor if floor is not None else _MINUS_INFINITY, look)
 
     def claimed(self, plan: ClaimPlan, head: tuple[int, datetime, str] | None,
                 first: tuple[int, datetime, str] | None, ids: Iterable[str], now: float) -> None:
@@ -162,14 +171,11 @@ class ClaimCursors:
         by primary key from now on) and the cursor moves to ``first``."""
         if head is None and first is None:
             return
-        key: Key = plan.params["_key"]
         with self._lock:
-            cursor = self._cursors.get(key)
+            cursor = self._cursors.get(plan.key)
             if cursor is None:
                 return
-            if cursor.passed:
-                for job_id in ids:
-                    cursor.passed.pop(job_id, None)
+            _forget(cursor, ids)
             target = head if head is not None else first
             if head is not None and head != first:
                 if cursor.seen != head:
@@ -188,17 +194,16 @@ class ClaimCursors:
     def failed(self, plan: ClaimPlan) -> None:
         """The claim did not happen: its lapsed-claim window is looked at again, from the start."""
         with self._lock:
-            cursor = self._cursors.get(plan.params["_key"])
+            cursor = self._cursors.get(plan.key)
             if cursor is not None and plan.look_for_lapsed:
                 cursor.lapse_at, cursor.lapse_floor = 0.0, None
 
     def taken(self, plan: ClaimPlan, ids: Iterable[str]) -> None:
         """Rows claimed outside the cursor's walk (passed ones, lapsed ones): no longer passed."""
         with self._lock:
-            cursor = self._cursors.get(plan.params["_key"])
-            if cursor is not None and cursor.passed:
-                for job_id in ids:
-                    cursor.passed.pop(job_id, None)
+            cursor = self._cursors.get(plan.key)
+            if cursor is not None:
+                _forget(cursor, ids)
 
     def ready(self, queue: str, priority: int, run_at: datetime) -> None:
         """Jobs became claimable at ``(priority, run_at)`` in ``queue``: a cursor past that key

@@ -460,12 +460,11 @@ class PostgresDriver:
             "worker": request.worker_id,
             "names": names,
         }
-        waiting = {**base, **{k: v for k, v in plan.params.items() if not k.startswith("_")}}
+        waiting = {**base, **plan.params}
         if queues is not None:
             # One queue: equality, not ANY, so the planner walks x_jobs_claim_idx in claim order.
             waiting.update({"queue": queues[0]} if len(queues) == 1 else {"queues": queues})
-
-        passed = waiting.pop("passed", None)
+        passed = plan.passed
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
             cur = _rows(conn)
