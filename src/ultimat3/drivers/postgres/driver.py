@@ -52,6 +52,7 @@ from ultimat3.drivers.postgres.listener import Listener
 from ultimat3.drivers.postgres.operations import PostgresAuditLog, PostgresQueueControl, postgres_bulk
 from ultimat3.drivers.postgres.rows import (
     _LISTEN_READY_TIMEOUT,
+    _PLAN_EACH_TIME,
     _Q,
     _RACE_RETRIES,
     DEFAULT_CHANNEL,
@@ -107,11 +108,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-#: Settlements are planned on every execution, never from a cached generic plan: a plan cached
-#: while x_jobs was small (a fresh install, right after a prune) scans the whole table, and keeps
-#: doing so as it grows until something invalidates it; planned afresh, a primary-key lookup wins
-#: as soon as the table is more than a few pages (planning one costs ~0.1 ms).
-_PLAN_EACH_TIME = False
 #: How long the one-shot session probe waits for its NOTIFY (a direct connection answers in ~1 ms).
 _PROBE_TIMEOUT = 1.0
 _skew_log = ThrottledLog(_log, every=60.0)

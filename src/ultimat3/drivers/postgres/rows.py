@@ -36,6 +36,12 @@ PRUNE_CHUNK: Final = 1000
 _RACE_RETRIES: Final = 8
 # How long subscribe() waits for LISTEN to be in effect before returning anyway.
 _LISTEN_READY_TIMEOUT: Final = 5.0
+#: ``prepare=`` for the statements that settle a claim (ack, nack, heartbeat, step record, passed
+#: rows): planned on every execution, never from a cached generic plan. A plan cached while x_jobs
+#: was small (a fresh install, right after a prune) scans the whole table, and keeps doing so as it
+#: grows until something invalidates it; planned afresh, a primary-key lookup wins as soon as the
+#: table is more than a few pages (planning one costs ~0.1 ms).
+_PLAN_EACH_TIME: Final = False
 #: Every named statement of ``queries.sql``, parsed once at import.
 _Q: Final = load_queries("ultimat3.drivers.postgres")
 

@@ -15,6 +15,7 @@ from ultimat3.drivers.postgres.operations import pg_filter
 from ultimat3.drivers.postgres.rows import (
     _EVERY_JOB,
     _FINISHED_BACKFILL,
+    _PLAN_EACH_TIME,
     _Q,
     Conn,
     Row,
@@ -146,11 +147,10 @@ class PostgresStepStore:
         }
         if connection is not None:
             caller = _caller_connection(connection)
-            row = _tuples(caller).execute(_Q["steps_record"], params, prepare=False).fetchone()
+            row = _tuples(caller).execute(_Q["steps_record"], params, prepare=_PLAN_EACH_TIME).fetchone()
             return row is not None and row[0] == 1
-        # Planned afresh each time, as settlements are (see _PLAN_EACH_TIME in driver.py).
         row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["steps_record"], params,
-                                                                 prepare=False).fetchone())
+                                                                 prepare=_PLAN_EACH_TIME).fetchone())
         return row is not None and row[0] == 1
 
 

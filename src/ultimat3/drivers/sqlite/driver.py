@@ -446,21 +446,16 @@ class SqliteDriver:
         if connection is None:
             results = self._write(lambda conn, now: _insert_jobs(conn, jobs, now))
         else:
-            results = self._enqueue_in(self._caller_connection(connection), jobs, atomic=atomic)
+            results = self._enqueue_in(connection, jobs, atomic=atomic)
         # The caller's transaction may not be committed yet: an early wake-up costs a worker one
         # empty claim, a missing one a whole poll interval.
         self._notify(job.request.queue for job, result in zip(jobs, results, strict=True) if not result.deduped)
         return results
 
-    def _enqueue_in(
-        self, conn: sqlite3.Connection, jobs: Sequence[StagedJob], *, atomic: bool
-    ) -> list[EnqueueResult]:
+    def _enqueue_in(self, connection: Any, jobs: Sequence[StagedJob], *, atomic: bool) -> list[EnqueueResult]:
         """Insert on the caller's connection, inside its transaction, without committing."""
         try:
-            if not conn.in_transaction and _opens_transactions_implicitly(conn):
-                # No transaction open yet: open it as the caller's own first INSERT would have, so
-                # the caller's commit() or rollback() decides.
-                conn.execute(_BEGIN_FOR_ISOLATION.get((conn.isolation_level or "").upper(), "BEGIN"))
+            conn = self._joined(connection)
             if not atomic:
                 return _insert_jobs(conn, jobs, self._now())
             # A savepoint makes the batch all-or-nothing without ending the caller's transaction.
@@ -485,10 +480,12 @@ class SqliteDriver:
             ) from exc
 
     def _joined(self, connection: Any) -> sqlite3.Connection:
-        """The raw connection behind the caller's, its transaction open (as the caller's own first
-        write would open it), so what we write commits or rolls back with theirs."""
+        """The raw connection behind the caller's, its transaction open, so what we write commits
+        or rolls back with theirs (an enqueue, a step record)."""
         conn = self._caller_connection(connection)
         if not conn.in_transaction and _opens_transactions_implicitly(conn):
+            # No transaction open yet: open it as the caller's own first INSERT would have, so the
+            # caller's commit() or rollback() decides.
             conn.execute(_BEGIN_FOR_ISOLATION.get((conn.isolation_level or "").upper(), "BEGIN"))
         return conn
 
