@@ -15,6 +15,7 @@ Every key is optional::
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,11 +51,20 @@ class DjangoSettings(BaseModel):
         return self.env if self.env is not None else default_environment()
 
 
+#: The last settings validated, and what they were validated from: every enqueue, request and
+#: driver lookup reads them, and they change only when a test overrides them.
+_validated: tuple[dict[str, Any], DjangoSettings] | None = None
+
+
 def load_settings() -> DjangoSettings:
-    """``settings.ULTIMAT3`` validated; one coded error naming the bad key otherwise."""
+    """``settings.ULTIMAT3`` validated (once per value); one coded error naming the bad key otherwise."""
+    global _validated
     from django.conf import settings
 
     raw: Any = getattr(settings, "ULTIMAT3", {})
+    cached = _validated
+    if cached is not None and isinstance(raw, dict) and raw == cached[0]:
+        return cached[1]
     if not isinstance(raw, dict):
         raise DjangoSetupError(
             f"settings.ULTIMAT3 is a {type(raw).__name__}, not a dict",
@@ -74,4 +84,5 @@ def load_settings() -> DjangoSettings:
             f"environments are {', '.join(ENVIRONMENTS)}; DATABASE names a key of DATABASES; "
             "DISCOVER and APPS are lists of module names",
         ) from None
+    _validated = (copy.deepcopy(raw), loaded)  # deep: a list inside may be changed in place
     return loaded
