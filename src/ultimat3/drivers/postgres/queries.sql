@@ -702,6 +702,10 @@ SELECT w.*, EXISTS (
 FROM x_workers AS w
 ORDER BY w.id
 
+-- name: backend_alive
+-- Whether a server backend still exists (an abandoned liveness session the server has not yet ended).
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s)
+
 -- name: worker_running
 SELECT claimed_by, id FROM x_jobs WHERE state = 'running' AND claimed_by IS NOT NULL ORDER BY id
 

@@ -38,6 +38,8 @@ _log = logging.getLogger("ultimat3.drivers.postgres.driver")
 
 #: How long register() waits for a key that a rescuer's probe holds for an instant.
 _REGISTER_PATIENCE = 2.0
+#: How long abandon() waits, at most, for the server to end the abandoned session.
+ABANDON_WAIT = 5.0
 
 
 class _Held:
@@ -170,12 +172,24 @@ class PostgresWorkerRegistry:
                 held.conn.close()
 
     def abandon(self, worker_id: str) -> None:
-        """Close the liveness connection and keep the row: what a death looks like to the server."""
+        """Close the liveness connection and keep the row: what a death looks like to the server.
+        Returns once the server has ended that session (its lock is freed asynchronously after the
+        client hangs up; a rescue made before would still find the worker alive)."""
         with self._lock:
             held = self._held.pop(worker_id, None)
-        if held is not None:
-            with held.lock:
-                held.conn.close()
+        if held is None:
+            return
+        with held.lock:
+            held.conn.close()
+            backend = held.backend
+        if backend is None:
+            return  # behind a pooler no lock proves anything, so there is nothing to wait for
+        deadline = time.monotonic() + ABANDON_WAIT
+        while time.monotonic() < deadline:
+            row = self._driver._db.run(lambda conn, _: conn.execute(_Q["backend_alive"], {"pid": backend}).fetchone())
+            if row is None or not row[0]:
+                return
+            time.sleep(0.01)
 
     def unpin_all(self) -> None:
         """A pooler was found in front of our sessions: no lock of ours proves anything any more,
