@@ -357,7 +357,12 @@ class StepRecord:
     created_at: datetime
 
 
-BackfillStatus = Literal["running", "completed", "failed", "cancelled"]
+BackfillStatus = Literal["running", "paused", "completed", "failed", "cancelled"]
+#: ``pass``: a sweep of the whole source; ``retry``: a pass over only the rows an earlier pass
+#: quarantined (``--retry-failed``). Only a ``pass`` can decide the deploy gate.
+BackfillKind = Literal["pass", "retry"]
+#: Longest reason kept for a quarantined row or a throttle (longer text is cut, not refused).
+MAX_REASON_LENGTH = 2000
 
 
 @dataclass(frozen=True)
@@ -374,6 +379,27 @@ class BackfillRun:
     job_id: str | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    #: ``retry`` for a ``--retry-failed`` pass.
+    kind: BackfillKind = "pass"
+    #: Rows this pass quarantined (``batch.fail``).
+    failures: int = 0
+    #: Why the pass is waiting instead of sweeping (a tripped health check), ``None`` when it is not.
+    throttle: str | None = None
+    #: Who asked the pass to pause: a request while ``running``, who paused it once ``paused``.
+    paused_by: str | None = None
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    """A row a pass quarantined: ``key`` is the row's key as its checkpoint encodes it (JSON text
+    of ``{"cursor": ..., "cursor_type": ...}``), kept until a later pass handles the row."""
+
+    name: str
+    key: str
+    reason: str
+    run_id: str
+    batch: int
+    failed_at: datetime
 
 
 @dataclass(frozen=True)
@@ -497,13 +523,51 @@ class StepStore(Protocol):
 class BackfillLedger(Protocol):
     """The ``x_backfills`` table: one row per pass, history never overwritten."""
 
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None,
+              kind: BackfillKind = "pass") -> BackfillRun:
         """Open the row for ``run_id`` (status ``running``), or return it (set back to
-        ``running``, error cleared) when a previous attempt of the same pass opened it."""
+        ``running``, error cleared) when a previous attempt of the same pass opened it. A pause
+        request (``paused_by``) survives the reopening: the operator still wants the pass paused."""
         ...
 
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got."""
+    def progress(self, run_id: str, batches: int, rows: int, throttle: str | None = None) -> bool:
+        """Record how far the pass got and why it waits (``throttle``; ``None`` clears it).
+        Returns whether an operator asked the pass to pause (:meth:`request_pause`)."""
+        ...
+
+    def request_pause(self, name: str, actor: str) -> BackfillRun | None:
+        """Ask the newest ``running`` pass of ``name`` to pause at its next batch boundary
+        (``paused_by`` = ``actor``). ``None`` when no pass of ``name`` is running."""
+        ...
+
+    def pause(self, run_id: str) -> bool:
+        """The pass itself, at a batch boundary: a ``running`` row with a pause request becomes
+        ``paused``. ``False`` (nothing changed) when there was no request or the row is not running."""
+        ...
+
+    def resume(self, name: str, actor: str) -> BackfillRun | None:
+        """Resume the newest pass of ``name`` that is ``paused`` or asked to pause: the row goes
+        back to ``running`` with the request cleared, and its job, suspended by the pause, becomes
+        runnable now (in the same transaction) so a worker picks the pass up from its last
+        checkpoint. ``None`` when no pass of ``name`` is paused or asked to pause."""
+        ...
+
+    def quarantine(self, run_id: str, name: str, batch: int, failed: Sequence[tuple[str, str]],
+                   handled: Sequence[str], connection: Any = None) -> None:
+        """Store the rows ``failed`` (``(key, reason)``) of batch ``batch`` of pass ``run_id`` as
+        quarantined (a key already stored is taken over by this pass, its reason replaced), count
+        the keys new to this pass in the row's ``failures``, and forget the keys ``handled``
+        (rows a later pass handled without a failure). With ``connection`` (SQL drivers, on the
+        job store's database): inside its transaction, uncommitted. Idempotent: a replayed batch
+        neither counts its failures twice nor loses them."""
+        ...
+
+    def failures(self, name: str, limit: int = 1000, after: str | None = None) -> builtins.list[RowFailure]:
+        """Quarantined rows of ``name`` by ``key``, from after ``after`` (keyset paging)."""
+        ...
+
+    def outstanding(self, name: str) -> int:
+        """How many rows of ``name`` are quarantined now."""
         ...
 
     def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
@@ -516,10 +580,10 @@ class BackfillLedger(Protocol):
         ...
 
     def last_completed(self, name: str) -> BackfillRun | None:
-        """The most recently finished ``completed`` pass of ``name``."""
+        """The most recently finished ``completed`` pass (kind ``pass``) of ``name``."""
         ...
 
-    def list(self, name: str | None = None) -> list[BackfillRun]:
+    def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
         """Every pass (of ``name``), newest first."""
         ...
 

@@ -11,9 +11,17 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from ultimat3.drivers.protocol import BackfillRun, BackfillStatus, JobRecord, JobState, Lease
+from ultimat3.drivers.protocol import (
+    BackfillKind,
+    BackfillRun,
+    BackfillStatus,
+    JobRecord,
+    JobState,
+    Lease,
+    RowFailure,
+)
 
-__all__ = ["Decoders", "backfill_run", "job_record", "lease"]
+__all__ = ["Decoders", "backfill_run", "job_record", "lease", "row_failure"]
 
 class Row(Protocol):
     """A row readable by column name (a dict, a ``sqlite3.Row``, a psycopg ``dict_row``)."""
@@ -80,7 +88,17 @@ def backfill_run(row: Row, decode: Decoders) -> BackfillRun:
         job_id=row["job_id"],
         finished_at=decode.time_or_none(row["finished_at"]),
         error=row["error"],
+        kind=cast(BackfillKind, row["kind"]),
+        failures=row["failures"],
+        throttle=row["throttle"],
+        paused_by=row["paused_by"],
     )
+
+
+def row_failure(row: Row, decode: Decoders) -> RowFailure:
+    """An ``x_backfill_failures`` row as a :class:`RowFailure`."""
+    return RowFailure(name=row["name"], key=row["key"], reason=row["reason"], run_id=row["run_id"],
+                      batch=row["batch"], failed_at=decode.time(row["failed_at"]))
 
 
 def lease(row: Row, decode: Decoders) -> Lease:

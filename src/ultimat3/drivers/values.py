@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
 from ultimat3.drivers.limits import check_depth, current_limits, limit_error
-from ultimat3.drivers.protocol import EnqueueRequest
+from ultimat3.drivers.protocol import MAX_REASON_LENGTH, EnqueueRequest
 
 #: Bounds of the 32-bit ``integer`` columns (priority, attempt, max_attempts).
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -203,3 +203,24 @@ def require_text(code: str, **fields: str | None) -> None:
         if value is not None and not is_storable_text(value):
             raise ConfigError(f"{field}={value!r} is not storable text",
                               f"pass {field} as plain text (no NUL or unpaired surrogates)", code=code)
+
+
+def quarantine_rows(failed: Sequence[tuple[str, str]], handled: Sequence[str]) -> tuple[list[tuple[str, str]],
+                                                                                         list[str]]:
+    """What :meth:`BackfillLedger.quarantine` stores, the same on every driver: keys checked as
+    storable text (``X_BACKFILL_FAIL``), reasons made storable and cut to :data:`MAX_REASON_LENGTH`,
+    the last reason of a key given twice kept, and a key both failed and handled left failed."""
+    reasons: dict[str, str] = {}
+    for key, reason in failed:
+        require_text("X_BACKFILL_FAIL", key=key)
+        reasons[key] = storable(str(reason))[:MAX_REASON_LENGTH] or "failed"
+    for key in handled:
+        require_text("X_BACKFILL_FAIL", key=key)
+    return list(reasons.items()), sorted({key for key in handled if key not in reasons})
+
+
+def check_backfill_kind(kind: str) -> None:
+    """Refuse a ledger kind other than ``pass`` or ``retry`` (``X_BACKFILL_LEDGER``)."""
+    if kind not in ("pass", "retry"):
+        raise ConfigError(f"backfill kind={kind!r} is not one the ledger keeps",
+                          "open a pass with kind='pass' or kind='retry'", code="X_BACKFILL_LEDGER")

@@ -94,7 +94,7 @@ class MemoryDriver:
         # compares them invariantly.
         self.introspect: JobIntrospection = MemoryIntrospection(self._store)
         self.steps: StepStore = MemoryStepStore(self._store)
-        self.backfills: BackfillLedger = MemoryBackfillLedger(self._store)
+        self.backfills: BackfillLedger = MemoryBackfillLedger(self._store, self._wake)
         self.leases: LeaseStore = MemoryLeaseStore(self._store)
         self.migrations: MigrationLedger = MemoryMigrationLedger(self._store)
         self.workers: WorkerRegistry = MemoryWorkerRegistry(self._store)

@@ -99,10 +99,11 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
 def close_ledger(store: _Store, run_id: str, error: str | None, now: float) -> None:
     """Close the running ``x_backfills`` row of a cancelled or deleted run (caller holds the lock)."""
     row = store.backfills.get(run_id)
-    if row is not None and row.status == "running":
+    if row is not None and row.status in ("running", "paused"):
         row.status = "cancelled"
         row.error = error
         row.finished_at = now
+        row.throttle = None
 
 
 def _audit_row(store: _Store, actor: str, action: AuditAction, target: dict[str, Any], *, touched: int,

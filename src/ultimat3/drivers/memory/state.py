@@ -11,6 +11,7 @@ from typing import Any
 from ultimat3.core.clock import Clock, to_datetime
 from ultimat3.drivers.protocol import (
     LIVE_STATES,
+    BackfillKind,
     BackfillRun,
     BackfillStatus,
     JobFilter,
@@ -27,7 +28,7 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 #: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
 LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations", "x:0004_schedules",
-                      "x:0005_claim_any_index")
+                      "x:0005_claim_any_index", "x:0006_backfill_control")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -120,6 +121,10 @@ class _Backfill:
     job_id: str | None
     finished_at: float | None = None
     error: str | None = None
+    kind: BackfillKind = "pass"
+    failures: int = 0
+    throttle: str | None = None
+    paused_by: str | None = None
 
     def record(self) -> BackfillRun:
         return BackfillRun(
@@ -133,6 +138,10 @@ class _Backfill:
             job_id=self.job_id,
             finished_at=None if self.finished_at is None else to_datetime(self.finished_at),
             error=self.error,
+            kind=self.kind,
+            failures=self.failures,
+            throttle=self.throttle,
+            paused_by=self.paused_by,
         )
 
 
@@ -184,6 +193,8 @@ class _Store:
         self.live_keys: dict[tuple[str, str], str] = {}
         self.steps: dict[str, dict[str, _Step]] = {}
         self.backfills: dict[str, _Backfill] = {}
+        # x_backfill_failures: (name, key) -> (reason, run_id, batch, failed_at).
+        self.failures: dict[tuple[str, str], tuple[str, str, int, float]] = {}
         self.leases: dict[tuple[str, int], _Lease] = {}
         self.workers: dict[str, _Worker] = {}
         # x_queues: queue -> (paused, changed_at, changed_by); x_audit: id -> entry fields.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
@@ -21,6 +23,8 @@ from ultimat3.drivers.memory.state import (
 )
 from ultimat3.drivers.protocol import (
     JOB_STATES,
+    MAX_REASON_LENGTH,
+    BackfillKind,
     BackfillRun,
     BackfillStatus,
     ErrorGroup,
@@ -30,13 +34,17 @@ from ultimat3.drivers.protocol import (
     Lease,
     MigrationRecord,
     QueueStats,
+    RowFailure,
     StepRecord,
     WaitingName,
 )
 from ultimat3.drivers.values import (
+    check_backfill_kind,
     check_step_name,
     fenced_key,
+    quarantine_rows,
     require_text,
+    storable,
     unknown_key,
 )
 
@@ -173,12 +181,15 @@ class MemoryStepStore:
 class MemoryBackfillLedger:
     """The ``x_backfills`` ledger: one row per pass."""
 
-    def __init__(self, store: _Store) -> None:
+    def __init__(self, store: _Store, wake: Callable[[Sequence[str]], None]) -> None:
         self._store = store
+        self._wake = wake
 
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None,
+              kind: BackfillKind = "pass") -> BackfillRun:
         """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
         require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
+        check_backfill_kind(kind)
         with self._store.lock:
             row = self._store.backfills.get(run_id)
             if row is None:
@@ -191,6 +202,7 @@ class MemoryBackfillLedger:
                     rows=0,
                     started_at=self._store.clock.now(),
                     job_id=job_id,
+                    kind=kind,
                 )
                 self._store.backfills[run_id] = row
             else:
@@ -202,13 +214,101 @@ class MemoryBackfillLedger:
                     row.job_id = job_id
             return row.record()
 
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
+    def progress(self, run_id: str, batches: int, rows: int, throttle: str | None = None) -> bool:
+        """Record how far the pass got and why it waits; whether a pause was asked for."""
         with self._store.lock:
             row = self._store.backfills.get(run_id)
+            if row is None:
+                return False
+            row.batches = batches
+            row.rows = rows
+            row.throttle = None if throttle is None else storable(throttle)[:MAX_REASON_LENGTH]
+            return row.status == "running" and row.paused_by is not None
+
+    def _newest(self, name: str, statuses: tuple[BackfillStatus, ...]) -> _Backfill | None:
+        rows = [row for row in self._store.backfills.values() if row.name == name and row.status in statuses]
+        return max(rows, key=lambda row: (row.started_at, row.run_id), default=None)
+
+    def request_pause(self, name: str, actor: str) -> BackfillRun | None:
+        """Ask the newest running pass of ``name`` to pause at its next batch boundary."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+        with self._store.lock:
+            row = self._newest(name, ("running",))
+            if row is None:
+                return None
+            row.paused_by = actor
+            return row.record()
+
+    def pause(self, run_id: str) -> bool:
+        """A running pass with a pause request becomes ``paused``."""
+        with self._store.lock:
+            row = self._store.backfills.get(run_id)
+            if row is None or row.status != "running" or row.paused_by is None:
+                return False
+            row.status = "paused"
+            row.throttle = None
+            return True
+
+    def resume(self, name: str, actor: str) -> BackfillRun | None:
+        """Resume the newest paused (or asked-to-pause) pass of ``name`` and wake its job."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+        woken: list[str] = []
+        with self._store.lock:
+            row = self._newest(name, ("running", "paused"))
+            if row is None or (row.status == "running" and row.paused_by is None):
+                return None
+            row.status = "running"
+            row.paused_by = None
+            job = None if row.job_id is None else self._store.jobs.get(row.job_id)
+            if job is not None and job.state == "suspended":
+                now = self._store.clock.now()
+                job.run_at = now
+                job.updated_at = now
+                woken.append(job.queue)
+            record = row.record()
+        self._wake(woken)
+        return record
+
+    def quarantine(self, run_id: str, name: str, batch: int, failed: Sequence[tuple[str, str]],
+                   handled: Sequence[str], connection: Any = None) -> None:
+        """Store ``failed`` rows, count the ones new to this pass, forget ``handled`` ones."""
+        if connection is not None:
+            raise XError(
+                "the memory driver has no database connection for a quarantine to join",
+                "use the sqlite or postgres driver for a backfill on the job store's database",
+                code="X_DRIVER_CONNECTION",
+            )
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name)
+        failed_rows, handled_keys = quarantine_rows(failed, handled)
+        with self._store.lock:
+            now = self._store.clock.now()
+            fresh = 0
+            for key, reason in failed_rows:
+                held = self._store.failures.get((name, key))
+                if held is None or held[1] != run_id:
+                    fresh += 1
+                self._store.failures[(name, key)] = (reason, run_id, batch, now)
+            for key in handled_keys:
+                self._store.failures.pop((name, key), None)
+            row = self._store.backfills.get(run_id)
             if row is not None:
-                row.batches = batches
-                row.rows = rows
+                row.failures += fresh
+
+    def failures(self, name: str, limit: int = 1000, after: str | None = None) -> builtins.list[RowFailure]:
+        """Quarantined rows of ``name`` by key, after ``after``."""
+        with self._store.lock:
+            keys = sorted(key for (held, key) in self._store.failures if held == name
+                          and (after is None or key > after))[:max(limit, 0)]
+            return [RowFailure(name, key, *self._failure(name, key)) for key in keys]
+
+    def _failure(self, name: str, key: str) -> tuple[str, str, int, datetime]:
+        reason, run_id, batch, at = self._store.failures[(name, key)]
+        return reason, run_id, batch, to_datetime(at)
+
+    def outstanding(self, name: str) -> int:
+        """How many rows of ``name`` are quarantined now."""
+        with self._store.lock:
+            return sum(1 for (held, _key) in self._store.failures if held == name)
 
     def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
         """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""
@@ -224,6 +324,8 @@ class MemoryBackfillLedger:
                 row.status = status
                 row.error = error
                 row.finished_at = self._store.clock.now()
+                row.throttle = None
+                row.paused_by = None
 
     def get(self, run_id: str) -> BackfillRun | None:
         """One pass by run id."""
@@ -237,13 +339,14 @@ class MemoryBackfillLedger:
             done = [
                 row
                 for row in self._store.backfills.values()
-                if row.name == name and row.status == "completed" and row.finished_at is not None
+                if row.name == name and row.status == "completed" and row.kind == "pass"
+                and row.finished_at is not None
             ]
             if not done:
                 return None
             return max(done, key=lambda row: (row.finished_at or 0.0, row.run_id)).record()
 
-    def list(self, name: str | None = None) -> list[BackfillRun]:
+    def list(self, name: str | None = None) -> builtins.list[BackfillRun]:
         """Every pass (of ``name``), newest first (``started_at`` desc, then ``run_id`` desc)."""
         with self._store.lock:
             rows = [row for row in self._store.backfills.values() if name is None or row.name == name]

@@ -247,7 +247,7 @@ class PostgresDriver:
         self._closed = False
         self.introspect = PostgresIntrospection(self._db)
         self.steps = PostgresStepStore(self._db)
-        self.backfills = PostgresBackfillLedger(self._db)
+        self.backfills = PostgresBackfillLedger(self._db, self.channel)
         self.leases = PostgresLeaseStore(self._db)
         self.migrations = PostgresMigrationLedger(self._db)
         self.workers = PostgresWorkerRegistry(self)

@@ -373,8 +373,8 @@ RETURNING *
 -- A cancelled run's backfill pass (if it is one) is closed with it, in the same transaction: a
 -- pass that is waiting, or whose worker is gone, would otherwise read `running` forever.
 UPDATE x_backfills
-SET status = 'cancelled', finished_at = %(now)s, error = %(reason)s
-WHERE run_id = %(run_id)s AND status = 'running'
+SET status = 'cancelled', finished_at = %(now)s, error = %(reason)s, throttle = NULL
+WHERE run_id = %(run_id)s AND status IN ('running', 'paused')
 
 -- name: retry
 -- Same row, same run_id: the run's recorded steps replay. last_error is kept for the operator.
@@ -451,7 +451,7 @@ WITH candidates AS (
     RETURNING j.id, j.queue, j.run_id, j.last_error
 ), ledger AS (
     UPDATE x_backfills AS b SET status = 'cancelled', finished_at = %(now)s, error = cancelled.last_error
-    FROM cancelled WHERE b.run_id = cancelled.run_id AND b.status = 'running'
+    FROM cancelled WHERE b.run_id = cancelled.run_id AND b.status IN ('running', 'paused')
 ), audited AS (
     UPDATE x_audit SET touched = touched + (SELECT count(*) FROM cancelled) WHERE id = %(audit_id)s
 )
@@ -483,7 +483,7 @@ WITH candidates AS (
       )
 ), ledger AS (
     UPDATE x_backfills AS b SET status = 'cancelled', finished_at = %(now)s, error = 'deleted by operator'
-    FROM deleted WHERE b.run_id = deleted.run_id AND b.status = 'running'
+    FROM deleted WHERE b.run_id = deleted.run_id AND b.status IN ('running', 'paused')
 ), audited AS (
     UPDATE x_audit SET touched = touched + (SELECT count(*) FROM deleted) WHERE id = %(audit_id)s
 )
@@ -590,28 +590,89 @@ SELECT count(*) FROM job
 -- ----------------------------------------------------------------------------------------------
 
 -- name: backfill_start
--- A retried attempt of the same pass reopens its row; progress and start time stay.
-INSERT INTO x_backfills (run_id, name, checksum, status, batches, rows, started_at, job_id)
-VALUES (%(run_id)s, %(name)s, %(checksum)s, 'running', 0, 0, %(now)s, %(job_id)s)
+-- A retried attempt of the same pass reopens its row; progress, start time and a standing pause
+-- request stay.
+INSERT INTO x_backfills (run_id, name, checksum, status, batches, rows, started_at, job_id, kind)
+VALUES (%(run_id)s, %(name)s, %(checksum)s, 'running', 0, 0, %(now)s, %(job_id)s, %(kind)s)
 ON CONFLICT (run_id) DO UPDATE
 SET status = 'running', error = NULL, finished_at = NULL,
     job_id = coalesce(x_backfills.job_id, EXCLUDED.job_id)
 RETURNING *
 
 -- name: backfill_progress
-UPDATE x_backfills SET batches = %(batches)s, rows = %(rows)s WHERE run_id = %(run_id)s
+-- Also answers whether an operator asked the pass to pause.
+UPDATE x_backfills SET batches = %(batches)s, rows = %(rows)s, throttle = %(throttle)s
+WHERE run_id = %(run_id)s
+RETURNING status = 'running' AND paused_by IS NOT NULL AS pause
 
 -- name: backfill_finish
 -- Only a running pass is closed: a pass cancelled under its worker's feet stays cancelled.
-UPDATE x_backfills SET status = %(status)s, error = %(error)s, finished_at = %(now)s
+UPDATE x_backfills SET status = %(status)s, error = %(error)s, finished_at = %(now)s, throttle = NULL,
+    paused_by = NULL
 WHERE run_id = %(run_id)s AND status = 'running'
+
+-- name: backfill_request_pause
+UPDATE x_backfills SET paused_by = %(actor)s
+WHERE run_id = (SELECT run_id FROM x_backfills WHERE name = %(name)s AND status = 'running'
+                ORDER BY started_at DESC, run_id DESC LIMIT 1)
+RETURNING *
+
+-- name: backfill_pause
+UPDATE x_backfills SET status = 'paused', throttle = NULL
+WHERE run_id = %(run_id)s AND status = 'running' AND paused_by IS NOT NULL
+
+-- name: backfill_resume
+-- The newest pass that is paused or asked to pause goes back to running, and its job (suspended
+-- by the pause) becomes runnable now, in the same statement; the ready notice moves claim cursors.
+WITH run AS (
+    UPDATE x_backfills SET status = 'running', paused_by = NULL
+    WHERE run_id = (SELECT run_id FROM x_backfills
+                    WHERE name = %(name)s AND (status = 'paused' OR (status = 'running' AND paused_by IS NOT NULL))
+                    ORDER BY started_at DESC, run_id DESC LIMIT 1)
+    RETURNING *
+), woken AS (
+    UPDATE x_jobs AS j SET run_at = %(now)s, updated_at = %(now)s
+    FROM run WHERE j.id = run.job_id AND j.state = 'suspended'
+    RETURNING j.priority, j.run_at, j.queue
+)
+SELECT run.*, (SELECT pg_notify(%(channel)s, {{_ready_notice}})::text FROM woken) AS notified FROM run
+
+-- name: backfill_quarantine
+-- Count the keys new to this pass (a replayed batch counts nothing twice), then store them; the
+-- count is taken before the upsert in the same statement (CTEs see the snapshot before it).
+WITH failed AS (
+    SELECT f.key, f.reason FROM unnest(%(keys)s::text[], %(reasons)s::text[]) AS f(key, reason)
+), counted AS (
+    UPDATE x_backfills SET failures = failures + (
+        SELECT count(*) FROM failed
+        WHERE NOT EXISTS (SELECT 1 FROM x_backfill_failures AS x
+                          WHERE x.name = %(name)s AND x.key = failed.key AND x.run_id = %(run_id)s))
+    WHERE run_id = %(run_id)s
+), stored AS (
+    INSERT INTO x_backfill_failures (name, key, reason, run_id, batch, failed_at)
+    SELECT %(name)s, key, reason, %(run_id)s, %(batch)s, %(now)s FROM failed
+    ON CONFLICT (name, key) DO UPDATE
+    SET reason = EXCLUDED.reason, run_id = EXCLUDED.run_id, batch = EXCLUDED.batch, failed_at = EXCLUDED.failed_at
+), forgotten AS (
+    DELETE FROM x_backfill_failures WHERE name = %(name)s AND key = ANY(%(handled)s::text[])
+)
+SELECT 1
+
+-- name: backfill_failures
+SELECT * FROM x_backfill_failures
+WHERE name = %(name)s AND (%(after)s::text IS NULL OR key > %(after)s)
+ORDER BY key
+LIMIT %(limit)s
+
+-- name: backfill_outstanding
+SELECT count(*) AS n FROM x_backfill_failures WHERE name = %(name)s
 
 -- name: backfill_get
 SELECT * FROM x_backfills WHERE run_id = %(run_id)s
 
 -- name: backfill_last_completed
 SELECT * FROM x_backfills
-WHERE name = %(name)s AND status = 'completed' AND finished_at IS NOT NULL
+WHERE name = %(name)s AND status = 'completed' AND kind = 'pass' AND finished_at IS NOT NULL
 ORDER BY finished_at DESC, run_id DESC
 LIMIT 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
@@ -13,6 +14,7 @@ from ultimat3.drivers.filters import error_code, storable_filter
 from ultimat3.drivers.postgres.database import _caller_connection, _Database
 from ultimat3.drivers.postgres.operations import pg_filter
 from ultimat3.drivers.postgres.rows import (
+    _DECODE,
     _EVERY_JOB,
     _FINISHED_BACKFILL,
     _PLAN_EACH_TIME,
@@ -29,6 +31,8 @@ from ultimat3.drivers.postgres.rows import (
 )
 from ultimat3.drivers.protocol import (
     JOB_STATES,
+    MAX_REASON_LENGTH,
+    BackfillKind,
     BackfillRun,
     BackfillStatus,
     ErrorGroup,
@@ -38,14 +42,19 @@ from ultimat3.drivers.protocol import (
     Lease,
     MigrationRecord,
     QueueStats,
+    RowFailure,
     StepRecord,
     WaitingName,
 )
+from ultimat3.drivers.records import row_failure
 from ultimat3.drivers.values import (
+    check_backfill_kind,
     check_step_name,
     fenced_key,
     filter_is_storable,
+    quarantine_rows,
     require_text,
+    storable,
     unknown_key,
 )
 
@@ -157,27 +166,85 @@ class PostgresStepStore:
 class PostgresBackfillLedger:
     """The ``x_backfills`` ledger: one row per pass, history never overwritten."""
 
-    def __init__(self, db: _Database) -> None:
+    def __init__(self, db: _Database, channel: str) -> None:
         self._db = db
+        self._channel = channel
 
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None,
+              kind: BackfillKind = "pass") -> BackfillRun:
         """Open the row for ``run_id``, or reopen it (``running``, error cleared) on a retry."""
         require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
+        check_backfill_kind(kind)
         params = {
             "run_id": run_id,
             "name": name,
             "checksum": checksum,
             "job_id": job_id,
+            "kind": kind,
             "now": to_datetime(self._db.now()),
         }
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_start"], params).fetchone())
         assert row is not None  # INSERT .. ON CONFLICT DO UPDATE always returns the row
         return _backfill(row)
 
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got (absolute counts; unknown run ids are ignored)."""
-        params = {"run_id": run_id, "batches": batches, "rows": rows}
-        self._db.run(lambda conn, _: conn.execute(_Q["backfill_progress"], params))
+    def progress(self, run_id: str, batches: int, rows: int, throttle: str | None = None) -> bool:
+        """Record how far the pass got and why it waits; whether a pause was asked for."""
+        params = {"run_id": run_id, "batches": batches, "rows": rows,
+                  "throttle": None if throttle is None else storable(throttle)[:MAX_REASON_LENGTH]}
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["backfill_progress"], params).fetchone())
+        return bool(row is not None and row[0])
+
+    def request_pause(self, name: str, actor: str) -> BackfillRun | None:
+        """Ask the newest running pass of ``name`` to pause at its next batch boundary."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+        params = {"name": name, "actor": actor}
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_request_pause"], params).fetchone())
+        return None if row is None else _backfill(row)
+
+    def pause(self, run_id: str) -> bool:
+        """A running pass with a pause request becomes ``paused``."""
+        return bool(self._db.run(
+            lambda conn, _: conn.execute(_Q["backfill_pause"], {"run_id": run_id}).rowcount == 1))
+
+    def resume(self, name: str, actor: str) -> BackfillRun | None:
+        """Resume the newest paused (or asked-to-pause) pass of ``name`` and wake its job, in one statement."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+        params = {"name": name, "now": to_datetime(self._db.now()), "channel": self._channel}
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_resume"], params).fetchone())
+        return None if row is None else _backfill(row)
+
+    def quarantine(self, run_id: str, name: str, batch: int, failed: Sequence[tuple[str, str]],
+                   handled: Sequence[str], connection: Any = None) -> None:
+        """Store ``failed`` rows, count the ones new to this pass, forget ``handled`` ones
+        (with ``connection``, a psycopg or SQLAlchemy one: inside its transaction, uncommitted)."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name)
+        failed_rows, handled_keys = quarantine_rows(failed, handled)
+        if not failed_rows and not handled_keys:
+            return
+        params = {
+            "run_id": run_id, "name": name, "batch": batch, "now": to_datetime(self._db.now()),
+            "keys": [key for key, _ in failed_rows], "reasons": [reason for _, reason in failed_rows],
+            "handled": handled_keys,
+        }
+        if connection is not None:
+            _caller_connection(connection).execute(_Q["backfill_quarantine"], params)
+            return
+        self._db.run(lambda conn, _: conn.execute(_Q["backfill_quarantine"], params))
+
+    def failures(self, name: str, limit: int = 1000, after: str | None = None) -> builtins.list[RowFailure]:
+        """Quarantined rows of ``name`` by key, after ``after``."""
+        if not filter_is_storable(name, after):
+            return []
+        params = {"name": name, "after": after, "limit": max(limit, 0)}
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["backfill_failures"], params).fetchall())
+        return [row_failure(row, _DECODE) for row in rows]
+
+    def outstanding(self, name: str) -> int:
+        """How many rows of ``name`` are quarantined now."""
+        if not filter_is_storable(name):
+            return 0
+        row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["backfill_outstanding"], {"name": name}).fetchone())
+        return 0 if row is None else int(row[0])
 
     def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
         """Close the row as ``completed``, ``failed`` or ``cancelled`` with ``finished_at`` = now."""

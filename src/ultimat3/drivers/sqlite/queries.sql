@@ -158,8 +158,8 @@ RETURNING *;
 -- A cancelled run's backfill pass (if it is one) is closed with it, in the same transaction: a
 -- pass that is waiting, or whose worker is gone, would otherwise read `running` forever.
 UPDATE x_backfills
-SET status = 'cancelled', finished_at = :now, error = :reason
-WHERE run_id = :run_id AND status = 'running';
+SET status = 'cancelled', finished_at = :now, error = :reason, throttle = NULL
+WHERE run_id = :run_id AND status IN ('running', 'paused');
 
 -- name: retry
 -- Same run_id: the retried run replays its recorded steps; last_error is kept for the operator. May violate the live-key index when
@@ -254,7 +254,7 @@ UPDATE x_backfills
 SET status = 'cancelled', finished_at = :now,
     error = (SELECT json_extract(value, '$[1]') FROM json_each(:closed)
              WHERE json_extract(value, '$[0]') = x_backfills.run_id)
-WHERE run_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:closed)) AND status = 'running';
+WHERE run_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:closed)) AND status IN ('running', 'paused');
 
 -- name: audit_touched
 UPDATE x_audit SET touched = touched + :touched WHERE id = :id;
@@ -336,27 +336,81 @@ SELECT 1 FROM x_jobs WHERE id = :job_id AND state = 'running' AND claim_token = 
 
 -- name: backfill_start
 -- A retried attempt of the same pass reopens its row: running again, error cleared; progress,
--- start time and the first job id stay.
-INSERT INTO x_backfills (run_id, name, checksum, status, batches, "rows", started_at, job_id)
-VALUES (:run_id, :name, :checksum, 'running', 0, 0, :now, :job_id)
+-- start time, the first job id and a standing pause request stay.
+INSERT INTO x_backfills (run_id, name, checksum, status, batches, "rows", started_at, job_id, kind)
+VALUES (:run_id, :name, :checksum, 'running', 0, 0, :now, :job_id, :kind)
 ON CONFLICT (run_id) DO UPDATE
 SET status = 'running', error = NULL, finished_at = NULL, job_id = coalesce(x_backfills.job_id, excluded.job_id)
 RETURNING *;
 
 -- name: backfill_progress
-UPDATE x_backfills SET batches = :batches, "rows" = :rows WHERE run_id = :run_id;
+-- Also answers whether an operator asked the pass to pause.
+UPDATE x_backfills SET batches = :batches, "rows" = :rows, throttle = :throttle WHERE run_id = :run_id
+RETURNING status = 'running' AND paused_by IS NOT NULL AS pause;
 
 -- name: backfill_finish
 -- Only a running pass is closed: a pass cancelled under its worker's feet stays cancelled.
-UPDATE x_backfills SET status = :status, error = :error, finished_at = :now
+UPDATE x_backfills SET status = :status, error = :error, finished_at = :now, throttle = NULL, paused_by = NULL
 WHERE run_id = :run_id AND status = 'running';
+
+-- name: backfill_request_pause
+UPDATE x_backfills SET paused_by = :actor
+WHERE run_id = (SELECT run_id FROM x_backfills WHERE name = :name AND status = 'running'
+                ORDER BY started_at DESC, run_id DESC LIMIT 1)
+RETURNING *;
+
+-- name: backfill_pause
+UPDATE x_backfills SET status = 'paused', throttle = NULL
+WHERE run_id = :run_id AND status = 'running' AND paused_by IS NOT NULL;
+
+-- name: backfill_resume
+-- The newest pass that is paused or asked to pause; its job is woken by backfill_wake.
+UPDATE x_backfills SET status = 'running', paused_by = NULL
+WHERE run_id = (SELECT run_id FROM x_backfills
+                WHERE name = :name AND (status = 'paused' OR (status = 'running' AND paused_by IS NOT NULL))
+                ORDER BY started_at DESC, run_id DESC LIMIT 1)
+RETURNING *;
+
+-- name: backfill_wake
+-- A paused pass's job is suspended until resumed: runnable now.
+UPDATE x_jobs SET run_at = :now, updated_at = :now WHERE id = :id AND state = 'suspended'
+RETURNING queue;
+
+-- name: backfill_count_fresh
+-- How many of :keys (a JSON array) this pass has not quarantined yet (a replay counts nothing twice).
+SELECT count(*) FROM json_each(:keys) AS k
+WHERE NOT EXISTS (SELECT 1 FROM x_backfill_failures AS f
+                  WHERE f.name = :name AND f.key = k.value AND f.run_id = :run_id);
+
+-- name: backfill_quarantine
+-- :failed is a JSON array of [key, reason].
+INSERT INTO x_backfill_failures (name, key, reason, run_id, batch, failed_at)
+SELECT :name, json_extract(value, '$[0]'), json_extract(value, '$[1]'), :run_id, :batch, :now
+FROM json_each(:failed) WHERE true
+ON CONFLICT (name, key) DO UPDATE
+SET reason = excluded.reason, run_id = excluded.run_id, batch = excluded.batch, failed_at = excluded.failed_at;
+
+-- name: backfill_count_failures
+UPDATE x_backfills SET failures = failures + :fresh WHERE run_id = :run_id;
+
+-- name: backfill_forget
+DELETE FROM x_backfill_failures WHERE name = :name AND key IN (SELECT value FROM json_each(:keys));
+
+-- name: backfill_failures
+SELECT * FROM x_backfill_failures
+WHERE name = :name AND (:after IS NULL OR key > :after)
+ORDER BY key
+LIMIT :limit;
+
+-- name: backfill_outstanding
+SELECT count(*) FROM x_backfill_failures WHERE name = :name;
 
 -- name: backfill_get
 SELECT * FROM x_backfills WHERE run_id = :run_id;
 
 -- name: backfill_last_completed
 SELECT * FROM x_backfills
-WHERE name = :name AND status = 'completed' AND finished_at IS NOT NULL
+WHERE name = :name AND status = 'completed' AND kind = 'pass' AND finished_at IS NOT NULL
 ORDER BY finished_at DESC, run_id DESC
 LIMIT 1;
 

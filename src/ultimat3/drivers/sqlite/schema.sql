@@ -1,6 +1,9 @@
 -- index x_audit_at_idx
 CREATE INDEX x_audit_at_idx ON x_audit (at DESC);
 
+-- index x_backfill_failures_run_idx
+CREATE INDEX x_backfill_failures_run_idx ON x_backfill_failures (run_id);
+
 -- index x_backfills_name_idx
 CREATE INDEX x_backfills_name_idx ON x_backfills (name, started_at DESC);
 
@@ -28,8 +31,11 @@ CREATE INDEX x_jobs_running_visible_idx ON x_jobs (visible_at) WHERE state = 'ru
 -- table x_audit
 CREATE TABLE x_audit ( id TEXT PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL CHECK (action IN ('retry', 'cancel', 'delete', 'pause', 'resume')), target TEXT NOT NULL, touched INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'interrupted', 'failed')), finished_at REAL );
 
+-- table x_backfill_failures
+CREATE TABLE x_backfill_failures ( name TEXT NOT NULL, key TEXT NOT NULL, reason TEXT NOT NULL, run_id TEXT NOT NULL, batch INTEGER NOT NULL, failed_at REAL NOT NULL, PRIMARY KEY (name, key) ) WITHOUT ROWID;
+
 -- table x_backfills
-CREATE TABLE x_backfills ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')), batches INTEGER NOT NULL DEFAULT 0, "rows" INTEGER NOT NULL DEFAULT 0, started_at REAL NOT NULL, finished_at REAL, job_id TEXT, error TEXT );
+CREATE TABLE "x_backfills" ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running', 'paused', 'completed', 'failed', 'cancelled')), batches INTEGER NOT NULL DEFAULT 0, "rows" INTEGER NOT NULL DEFAULT 0, started_at REAL NOT NULL, finished_at REAL, job_id TEXT, error TEXT, kind TEXT NOT NULL DEFAULT 'pass' CHECK (kind IN ('pass', 'retry')), failures INTEGER NOT NULL DEFAULT 0, throttle TEXT, paused_by TEXT );
 
 -- table x_job_steps
 CREATE TABLE x_job_steps ( run_id TEXT NOT NULL, name TEXT NOT NULL, result TEXT, created_at REAL NOT NULL, PRIMARY KEY (run_id, name) );

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import builtins
+import json
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ultimat3.core.clock import to_datetime
@@ -13,6 +15,8 @@ from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.filters import error_code, storable_filter
 from ultimat3.drivers.protocol import (
     JOB_STATES,
+    MAX_REASON_LENGTH,
+    BackfillKind,
     BackfillRun,
     BackfillStatus,
     ErrorGroup,
@@ -22,10 +26,13 @@ from ultimat3.drivers.protocol import (
     Lease,
     MigrationRecord,
     QueueStats,
+    RowFailure,
     StepRecord,
     WaitingName,
 )
+from ultimat3.drivers.records import row_failure
 from ultimat3.drivers.sqlite.rows import (
+    DECODE,
     EVERY_JOB,
     FINISHED_BACKFILL,
     QUERIES,
@@ -37,10 +44,13 @@ from ultimat3.drivers.sqlite.rows import (
     sqlite_filter,
 )
 from ultimat3.drivers.values import (
+    check_backfill_kind,
     check_step_name,
     fenced_key,
     filter_is_storable,
+    quarantine_rows,
     require_text,
+    storable,
     unknown_key,
 )
 
@@ -149,15 +159,86 @@ class SqliteBackfillLedger:
     def __init__(self, driver: SqliteDriver) -> None:
         self._driver = driver
 
-    def start(self, run_id: str, name: str, checksum: str, job_id: str | None) -> BackfillRun:
+    def start(self, run_id: str, name: str, checksum: str, job_id: str | None,
+              kind: BackfillKind = "pass") -> BackfillRun:
         """Open the pass's row, or reopen it (``running``, error cleared) for a later attempt."""
         require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name, checksum=checksum, job_id=job_id)
-        params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "now": self._driver._now()}
+        check_backfill_kind(kind)
+        params = {"run_id": run_id, "name": name, "checksum": checksum, "job_id": job_id, "kind": kind,
+                  "now": self._driver._now()}
         return backfill_run_of(self._driver._rows("backfill_start", params)[0])
 
-    def progress(self, run_id: str, batches: int, rows: int) -> None:
-        """Record how far the pass got."""
-        self._driver._execute("backfill_progress", {"run_id": run_id, "batches": batches, "rows": rows})
+    def progress(self, run_id: str, batches: int, rows: int, throttle: str | None = None) -> bool:
+        """Record how far the pass got and why it waits; whether a pause was asked for."""
+        params = {"run_id": run_id, "batches": batches, "rows": rows,
+                  "throttle": None if throttle is None else storable(throttle)[:MAX_REASON_LENGTH]}
+        found = self._driver._rows("backfill_progress", params)
+        return bool(found and found[0]["pause"])
+
+    def request_pause(self, name: str, actor: str) -> BackfillRun | None:
+        """Ask the newest running pass of ``name`` to pause at its next batch boundary."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+        found = self._driver._rows("backfill_request_pause", {"name": name, "actor": actor})
+        return backfill_run_of(found[0]) if found else None
+
+    def pause(self, run_id: str) -> bool:
+        """A running pass with a pause request becomes ``paused``."""
+        return self._driver._write(
+            lambda conn, _now: conn.execute(QUERIES["backfill_pause"], {"run_id": run_id}).rowcount == 1)
+
+    def resume(self, name: str, actor: str) -> BackfillRun | None:
+        """Resume the newest paused (or asked-to-pause) pass of ``name`` and wake its job, in one transaction."""
+        require_text("X_BACKFILL_LEDGER", name=name, actor=actor)
+
+        def run(conn: sqlite3.Connection, now: float) -> tuple[sqlite3.Row | None, list[str]]:
+            row = conn.execute(QUERIES["backfill_resume"], {"name": name}).fetchone()
+            if row is None or row["job_id"] is None:
+                return row, []
+            woken = conn.execute(QUERIES["backfill_wake"], {"id": row["job_id"], "now": now}).fetchall()
+            return row, [w["queue"] for w in woken]
+
+        row, queues = self._driver._write(run)
+        if queues:
+            self._driver._notify(queues)
+        return None if row is None else backfill_run_of(row)
+
+    def quarantine(self, run_id: str, name: str, batch: int, failed: Sequence[tuple[str, str]],
+                   handled: Sequence[str], connection: Any = None) -> None:
+        """Store ``failed`` rows, count the ones new to this pass, forget ``handled`` ones
+        (with ``connection``: inside its transaction, uncommitted)."""
+        require_text("X_BACKFILL_LEDGER", run_id=run_id, name=name)
+        failed_rows, handled_keys = quarantine_rows(failed, handled)
+
+        def run(conn: sqlite3.Connection, now: float) -> None:
+            if failed_rows:
+                keys = json.dumps([key for key, _ in failed_rows])
+                fresh = conn.execute(QUERIES["backfill_count_fresh"],
+                                     {"keys": keys, "name": name, "run_id": run_id}).fetchone()[0]
+                conn.execute(QUERIES["backfill_quarantine"], {"failed": json.dumps(failed_rows), "name": name,
+                                                              "run_id": run_id, "batch": batch, "now": now})
+                conn.execute(QUERIES["backfill_count_failures"], {"fresh": fresh, "run_id": run_id})
+            if handled_keys:
+                conn.execute(QUERIES["backfill_forget"], {"name": name, "keys": json.dumps(handled_keys)})
+
+        if not failed_rows and not handled_keys:
+            return
+        if connection is not None:
+            run(self._driver._joined(connection), self._driver._now())
+            return
+        self._driver._write(run)
+
+    def failures(self, name: str, limit: int = 1000, after: str | None = None) -> builtins.list[RowFailure]:
+        """Quarantined rows of ``name`` by key, after ``after``."""
+        if not filter_is_storable(name, after):
+            return []
+        rows = self._driver._rows("backfill_failures", {"name": name, "after": after, "limit": max(limit, 0)})
+        return [row_failure(row, DECODE) for row in rows]
+
+    def outstanding(self, name: str) -> int:
+        """How many rows of ``name`` are quarantined now."""
+        if not filter_is_storable(name):
+            return 0
+        return int(self._driver._rows("backfill_outstanding", {"name": name})[0][0])
 
     def finish(self, run_id: str, status: BackfillStatus, error: str | None = None) -> None:
         """Close the pass with ``status`` (``finished_at`` = now)."""
