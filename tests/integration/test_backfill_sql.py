@@ -123,7 +123,7 @@ def test_a_large_table_is_swept_once_in_key_order(driver: JobDriver, engine: Eng
     job_row = driver.introspect.get(queued.id)
     assert job_row is not None and job_row.state == "done", job_row and job_row.last_error
     assert job_row.result == {"name": "items.sweep", "batches": 11, "rows": ROWS, "skipped": False,
-                              "previous_run_id": None}
+                              "previous_run_id": None, "failures": 0, "kind": "pass"}
     assert remaining(engine) == 0
     assert set(sweep.seen) == set(range(1, ROWS + 1)) and max(sweep.seen.values()) == 1
     steps = driver.steps.load(queued.run_id)

@@ -89,7 +89,7 @@ def run_backfill_chaos(backend: str, url: str, root: Path) -> None:
 
     assert job.state == "done", job.last_error
     assert job.result == {"name": "chaos.sweep", "batches": BATCHES, "rows": ROWS, "skipped": False,
-                          "previous_run_id": None}
+                          "previous_run_id": None, "failures": 0, "kind": "pass"}
     assert kills == KILLS, f"only {kills} kills landed mid-pass"
     assert job.attempt >= kills + 1, "each kill's run was re-claimed"
     assert (handled, low) == (ROWS, 1), "every row handled"

@@ -151,7 +151,7 @@ def test_keyset_pages_each_recorded_as_its_own_step(memory: MemoryDriver, sweep:
     job = row(memory, queued.id)
     assert job.state == "done", job.last_error
     assert job.result == {"name": "items.sweep", "batches": 3, "rows": 25, "skipped": False,
-                          "previous_run_id": None}
+                          "previous_run_id": None, "failures": 0, "kind": "pass"}
     assert sweep.handled == [(0, list(range(1, 11))), (1, list(range(11, 21))), (2, list(range(21, 26)))]
     assert sweep.pages == 3, "a short page ends the pass without another read"
     steps = memory.steps.load(queued.run_id)
@@ -255,7 +255,7 @@ def test_a_completed_name_is_skipped_unless_forced(memory: MemoryDriver, sweep: 
     assert not second.deduped
     drain(memory)
     assert row(memory, second.id).result == {"name": "items.sweep", "batches": 0, "rows": 0, "skipped": True,
-                                            "previous_run_id": first.run_id}
+                                            "previous_run_id": first.run_id, "failures": 0, "kind": "pass"}
     assert len(sweep.handled) == 3
     assert [r.run_id for r in memory.backfills.list("items.sweep")] == [first.run_id]
 

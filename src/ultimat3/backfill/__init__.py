@@ -25,6 +25,7 @@ from ultimat3.backfill.definition import (
 from ultimat3.backfill.engines import dispose_engines, engine_for_url
 from ultimat3.backfill.foreground import dry_run, run_backfill
 from ultimat3.backfill.gate import BackfillStatusRow, PendingBackfill, backfill_status, hold_reason, pending_backfills
+from ultimat3.backfill.health import DEFAULT_HEALTH, Health, health
 from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer
 from ultimat3.backfill.progress import ProgressListener, add_progress_listener
 from ultimat3.backfill.registry import (
@@ -49,6 +50,7 @@ from ultimat3.backfill.sweep import run_pass
 __all__ = [
     "DEFAULT_BACKFILL_BATCH",
     "DEFAULT_BACKFILL_RATE",
+    "DEFAULT_HEALTH",
     "JOB_STORE",
     "Adaptive",
     "AlembicRevision",
@@ -61,6 +63,7 @@ __all__ = [
     "BackfillStatusRow",
     "Batch",
     "DryRun",
+    "Health",
     "MigrationRequirement",
     "Pacer",
     "PendingBackfill",
@@ -80,6 +83,7 @@ __all__ = [
     "dry_run",
     "engine_for_url",
     "get_backfill",
+    "health",
     "hold_reason",
     "is_backfill",
     "pending_backfills",

@@ -29,6 +29,7 @@ __all__ = [
     "count_remaining",
     "requirement_error",
     "source_statement",
+    "tables_read",
 ]
 
 
@@ -97,7 +98,8 @@ def source_statement(definition: BackfillDefinition, ctx: Ctx) -> Select[Any]:
     return stmt
 
 
-def _tables_read(stmt: Select[Any]) -> list[TableClause]:
+def tables_read(stmt: Select[Any]) -> list[TableClause]:
+    """Every table ``stmt`` reads, once each."""
     found: dict[tuple[str | None, str], TableClause] = {}
     for element in visitors.iterate(stmt):
         if isinstance(element, TableClause):
@@ -113,7 +115,7 @@ def check_source_tables(definition: BackfillDefinition, statement: Select[Any], 
     missing there means the pass is pointed at the wrong database.
     """
     inspector = inspect_database(engine)
-    for table in _tables_read(statement):
+    for table in tables_read(statement):
         if not inspector.has_table(table.name, schema=table.schema):
             where = engine.url.render_as_string(hide_password=True)
             qualified = f"{table.schema}.{table.name}" if table.schema else table.name

@@ -11,6 +11,7 @@ A key of any other type is refused when the first batch is recorded, naming the 
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import date, datetime
 from decimal import Decimal
@@ -18,7 +19,7 @@ from typing import Any
 
 from ultimat3.backfill.definition import BackfillError
 
-__all__ = ["decode_cursor", "encode_cursor"]
+__all__ = ["decode_cursor", "decode_failure_key", "encode_cursor", "failure_key"]
 
 
 def encode_cursor(value: Any, *, backfill: str) -> dict[str, Any]:
@@ -61,3 +62,14 @@ def decode_cursor(checkpoint: dict[str, Any]) -> Any:
     raise BackfillError(f"a recorded batch holds a cursor of unknown type {kind!r}",
                         "this checkpoint was written by a newer ultimat3: run the pass with that version",
                         code="X_BACKFILL_KEY_TYPE")
+
+
+def failure_key(value: Any, *, backfill: str) -> str:
+    """A row key's text in ``x_backfill_failures``: its checkpoint encoding as canonical JSON, so
+    one row always has one text and reading it back gives the typed key."""
+    return json.dumps(encode_cursor(value, backfill=backfill), sort_keys=True, separators=(",", ":"))
+
+
+def decode_failure_key(text: str) -> Any:
+    """The typed key a :func:`failure_key` text stands for."""
+    return decode_cursor(json.loads(text))

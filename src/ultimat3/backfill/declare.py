@@ -23,6 +23,7 @@ from ultimat3.backfill.definition import (
     Handle,
     Source,
 )
+from ultimat3.backfill.health import DEFAULT_HEALTH, Health
 from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer, Sleep, is_valid_rate
 from ultimat3.backfill.registry import _stamp
 from ultimat3.backfill.requires import MigrationRequirement, as_requirement
@@ -97,6 +98,8 @@ def backfill(
     count: Count | None = None,
     engine: EngineSource | _Missing = _MISSING,
     key: ColumnElement[Any] | str | None = None,
+    health: Health | None = DEFAULT_HEALTH,
+    transactional: bool = False,
     clock: Clock | None = None,
     sleep: Sleep | None = None,
 ) -> JobHandle[BackfillInput]:
@@ -119,6 +122,11 @@ def backfill(
       function returning one, or ``"job-store"`` to say they live in the job store's own database.
       There is no default: a guessed database is how a sweep reads the wrong rows.
     - ``key``: the primary-key column (inferred from a single-table source).
+    - ``health``: the database-health throttle on PostgreSQL (:func:`~ultimat3.backfill.health.health`;
+      on by default with its defaults), ``None`` to sweep without it.
+    - ``transactional=True``: ``handle`` writes only through ``batch.connection``, given on any
+      engine: each batch commits as one transaction, and ``x db backfill NAME --dry-run --sample N``
+      may run real batches and roll them back.
     - ``clock``/``sleep``: the pacer's, injectable for tests.
 
     Bad values are refused here, with the backfill's name in the message; nothing is registered.
@@ -207,6 +215,16 @@ def backfill(
         'pass the primary-key column (key=posts.c.id) or its name (key="id")',
         code="X_BACKFILL_KEY",
     )
+    if health is not None:
+        check(isinstance(health, Health),
+              f'backfill "{name}" declares health={health!r}',
+              'write health=health(max_transaction_age="2m") (from ultimat3.backfill), or health=None',
+              code="X_BACKFILL_HEALTH")
+        health = health.validated(name)
+    check(isinstance(transactional, bool),
+          f'backfill "{name}" declares transactional={transactional!r}',
+          "write transactional=True when handle writes only through batch.connection, else leave it out",
+          code="X_BACKFILL_TRANSACTIONAL")
     # Hashed once here: the code cannot change while the process runs. Not rate or batch — a
     # tuning knob does not make a completed sweep a different sweep.
     checksum = backfill_checksum(source, handle)
@@ -227,6 +245,8 @@ def backfill(
         count=count,
         engine=engine,
         key=key,
+        health=health,
+        transactional=transactional,
     )
 
     # A plain def: the pass uses SQLAlchemy synchronously, so it must run in the worker's thread

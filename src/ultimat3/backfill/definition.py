@@ -3,8 +3,8 @@ records. A leaf: every other module of the package imports it, it imports none o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select
 
+from ultimat3.backfill.health import Health
 from ultimat3.backfill.pacer import Pacer
 from ultimat3.backfill.requires import MigrationRequirement
 from ultimat3.backfill.sizing import Adaptive
@@ -35,6 +36,9 @@ class BackfillInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     force: bool = False
+    #: Run a ``retry`` pass over exactly the rows earlier passes quarantined (``batch.fail``),
+    #: instead of a sweep of the whole source.
+    retry_failed: bool = False
 
 
 class BackfillError(XError):
@@ -59,7 +63,13 @@ class Batch:
     engine is the job store's own database (``engine="job-store"``): the batch's checkpoint is
     recorded in that same transaction, so what the handler writes through it commits exactly
     once with the checkpoint -- a pass killed at any instant replays no batch's writes. Writes made
-    elsewhere (another engine, an API) are still at-least-once. ``None`` otherwise.
+    elsewhere (another engine, an API) are still at-least-once. A backfill declared
+    ``transactional=True`` gets it on any engine (its batch commits as one transaction; the
+    checkpoint follows it unless the engine is the job store's). ``None`` otherwise.
+
+    ``fail(row, reason)`` quarantines a row the handler cannot handle: the pass goes on, the row
+    is stored with its reason (``x db backfill failures NAME``) until a ``--retry-failed`` pass
+    handles it.
     """
 
     rows: list[Row[Any]]
@@ -67,6 +77,29 @@ class Batch:
     signal: AbortSignal
     index: int
     connection: Connection | None = None
+    #: The backfill's name and where the key sits in each row: how ``fail`` finds a row's key.
+    backfill: str = ""
+    key_position: int = 0
+    _failed: dict[Any, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def fail(self, row: Row[Any] | Any, reason: str) -> None:
+        """Quarantine ``row`` (one of :attr:`rows`, or its key) with ``reason``; the pass goes on.
+        A row of another batch, or an empty reason, is refused (``X_BACKFILL_FAIL``)."""
+        key = row[self.key_position] if isinstance(row, Row) else row
+        if not isinstance(reason, str) or not reason.strip():
+            raise BackfillError(
+                f'backfill "{self.backfill}": batch {self.index} failed row {key!r} with reason {reason!r}',
+                'say why, e.g. batch.fail(row, "email is not valid: \'x@\'")', code="X_BACKFILL_FAIL")
+        if not isinstance(key, Hashable) or all(r[self.key_position] != key for r in self.rows):
+            raise BackfillError(
+                f'backfill "{self.backfill}": batch {self.index} has no row with key {key!r} to fail',
+                "pass one of batch.rows (or its key) to batch.fail", code="X_BACKFILL_FAIL")
+        self._failed[key] = reason
+
+    @property
+    def failed(self) -> dict[Any, str]:
+        """The rows failed so far: key -> reason."""
+        return dict(self._failed)
 
 
 @dataclass(frozen=True)
@@ -83,6 +116,9 @@ class BackfillReport:
     rows: int
     skipped: bool = False
     previous_run_id: str | None = None
+    #: Rows this pass quarantined; ``retry`` for a ``--retry-failed`` pass.
+    failures: int = 0
+    kind: Literal["pass", "retry"] = "pass"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON."""
@@ -97,18 +133,23 @@ class BackfillReport:
             rows=int(data["rows"]),
             skipped=bool(data.get("skipped", False)),
             previous_run_id=data.get("previous_run_id"),
+            failures=int(data.get("failures", 0)),
+            kind="retry" if data.get("kind") == "retry" else "pass",
         )
 
 
 @dataclass(frozen=True)
 class BackfillProgress:
-    """Sent to progress listeners after every batch (``replayed`` for ones a retry skipped over)."""
+    """Sent to progress listeners after every batch (``replayed`` for ones a retry skipped over),
+    and while a tripped health check holds the pass (``throttle``: why)."""
 
     name: str
     run_id: str
     batches: int
     rows: int
     replayed: bool
+    throttle: str | None = None
+    failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,6 +190,8 @@ class BackfillDefinition:
     count: Count | None = None
     engine: EngineSource | None = None
     key: ColumnElement[Any] | str | None = None
+    health: Health | None = None
+    transactional: bool = False
 
 
 def batch_step_name(index: int) -> str:

@@ -83,6 +83,11 @@ class Pacer:
         self._last: float | None = None
         self._lock = threading.Lock()
 
+    def sleep(self, seconds: float, signal: AbortSignal) -> None:
+        """Block up to ``seconds`` with the pacer's (injectable) sleeper, returning early once
+        ``signal`` aborts: the health throttle's waits go through here too."""
+        self._sleep(seconds, signal)
+
     def monotonic(self) -> float:
         """The pacer's clock (injectable), for timing what a pass does between its waits."""
         return self._clock.monotonic()

@@ -9,11 +9,12 @@ previous attempt died) is handled twice."""
 from __future__ import annotations
 
 import functools
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Row
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select
 
@@ -25,7 +26,7 @@ from ultimat3.backfill.checks import (
     count_remaining,
     source_statement,
 )
-from ultimat3.backfill.cursor import decode_cursor, encode_cursor
+from ultimat3.backfill.cursor import decode_cursor, decode_failure_key, encode_cursor, failure_key
 from ultimat3.backfill.definition import (
     BackfillDefinition,
     BackfillError,
@@ -39,22 +40,25 @@ from ultimat3.backfill.engines import LazyEngine
 from ultimat3.backfill.progress import emit
 from ultimat3.backfill.scope import backfill_scope
 from ultimat3.backfill.sizing import BatchSizer
+from ultimat3.backfill.throttle import Throttle
 from ultimat3.core.context import Ctx
 from ultimat3.core.errors import XError
-from ultimat3.drivers.protocol import BackfillLedger
+from ultimat3.drivers.protocol import BackfillKind, BackfillLedger
 from ultimat3.jobs.errors import JobAbortedError
 from ultimat3.jobs.execute import SHUTDOWN
-from ultimat3.jobs.steps import SyncStep
+from ultimat3.jobs.steps import SuspendRun, SyncStep
 from ultimat3.tenancy.guard import scoped
 from ultimat3.tenancy.tables import base_of
 from ultimat3.tenancy.where import and_where
 
 __all__ = [
     "LEDGER_PROGRESS_EVERY",
+    "PAUSE_RECHECK",
     "run_pass",
 ]
 
-#: Seconds between writes of a running pass's counters to its ledger row.
+#: Seconds (the pacer's clock) between writes of a running pass's counters to its ledger row; each
+#: write also reads whether an operator asked the pass to pause, so a pause lands within it.
 LEDGER_PROGRESS_EVERY = 1.0
 
 
@@ -97,95 +101,210 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
 
 
 def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
-                    engine: Engine, limit: int) -> tuple[Select[Any], int]:
+                    engine: Engine, limit: int | None, keys: list[Any] | None = None) -> tuple[Select[Any], int]:
     """The page's statement and the POSITION of the key among its columns.
 
     Built afresh for every page: source is lazy, and scoping happens against the pass's ctx. The
     key is read back by position, not by column object: scoping rebuilds the statement, so the
     source's column objects are not the ones the rows are keyed by (a subquery, a CTE or an
-    alias of an alias would otherwise fail to find it).
+    alias of an alias would otherwise fail to find it). ``keys``: a retry pass's page, exactly
+    those rows (those still matching the source).
     """
     stmt = source_statement(definition, ctx)
     key = _key_column(definition, stmt)
     position = next(i for i, column in enumerate(stmt.selected_columns) if column is key)
-    if not first:
+    if keys is not None:
+        stmt = and_where(stmt, key.in_(keys))
+    elif not first:
         # Grouped: an OR inside the source's own criteria must not swallow the cursor condition.
         stmt = and_where(stmt, key > cursor)
     # The pass owns the order and the limit: keyset paging is only correct in key order.
-    page = stmt.order_by(None).order_by(key).limit(limit)
+    page = stmt.order_by(None).order_by(key)
+    if limit is not None:
+        page = page.limit(limit)
     return scoped(page, ctx, bind=engine), position
 
 
-def _sweep(definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: LazyEngine,
-           awaiter: Awaiter) -> tuple[int, int]:
-    name, run_id, signal = definition.name, step.run_id, step.signal
-    ledger = step.driver.backfills
-    index = batches = rows = 0
-    cursor: Any = None
+#: How long a paused pass's job is parked before it looks at its ledger row again. A resume wakes
+#: it at once; the bound only covers a resume that lands while the pass is still suspending itself.
+PAUSE_RECHECK = 60.0
 
-    # Replay what earlier attempts recorded: no page read, no handler call.
-    while (record := step.recorded(batch_step_name(index))) is not None:
-        cursor = decode_cursor(record.result)
-        batches += 1
-        rows += int(record.result["rows"])
-        index += 1
-        emit(BackfillProgress(name, run_id, batches, rows, replayed=True))
-    if batches:
-        ledger.progress(run_id, batches, rows)
-    reported, reported_at = batches, time.monotonic()
-    checked = False
-    # The pass reads the job store's own database: checkpoints can join the handler's transaction.
-    same_database = isinstance(definition.engine, str)
-    sizer = BatchSizer(definition.batch)
 
-    try:
-        while True:
-            step_name = batch_step_name(index)
-            definition.pacer.wait(signal, step_name)
-            limit = sizer.size
-            began = definition.pacer.monotonic()
-            statement, key = _page_statement(definition, ctx, cursor, index == 0, engine(), limit)
-            if not checked:
-                check_source_tables(definition, statement, engine())
-                checked = True
-            # One short-lived connection per page: nothing stays open across the handler or the wait.
-            # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
-            with engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                page = list(conn.execute(statement).all())
-            if not page:
-                break
-            last = page[-1][key]
-            checkpoint = {**encode_cursor(last, backfill=name), "rows": len(page)}
-            if same_database:
-                # The handler's writes through batch.connection and the checkpoint: one transaction.
-                with engine().begin() as transaction:
-                    awaiter.resolve(definition.handle(Batch(page, ctx, signal, index, transaction)))
+@dataclass
+class _Page:
+    """What one batch covers: the rows handed to the handler, the checkpoint's cursor (the last
+    key), and the failure keys a retry pass read (``None`` for a sweep page)."""
+
+    rows: list[Row[Any]]
+    cursor: Any
+    key: int
+    quarantined: list[str] | None = None
+
+
+class _Sweep:
+    """One attempt's sweep of a pass: the page loop, its checkpoints, pauses and throttle."""
+
+    def __init__(self, definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: LazyEngine,
+                 awaiter: Awaiter, kind: BackfillKind) -> None:
+        self.definition, self.ctx, self.step, self.engine, self.awaiter = definition, ctx, step, engine, awaiter
+        self.kind = kind
+        self.name, self.run_id, self.signal = definition.name, step.run_id, step.signal
+        self.ledger = step.driver.backfills
+        self.index = self.batches = self.rows = self.failures = 0
+        self.cursor: Any = None
+        self.reported = -1
+        self.reported_at: float | None = None
+        self.checked = False
+        self.throttle: Throttle | None = None
+        self.throttled: str | None = None
+        # The pass reads the job store's own database: checkpoints can join the handler's transaction.
+        self.same_database = isinstance(definition.engine, str)
+        # Only a pass over a backfill with quarantined rows needs to tell the ledger what it handled.
+        self.forget = kind == "pass" and self.ledger.outstanding(self.name) > 0
+
+    def run(self) -> tuple[int, int]:
+        own = self.ledger.get(self.run_id)
+        self.failures = 0 if own is None else own.failures
+        # Replay what earlier attempts recorded: no page read, no handler call.
+        while (record := self.step.recorded(batch_step_name(self.index))) is not None:
+            self.cursor = decode_cursor(record.result)
+            self.batches += 1
+            self.rows += int(record.result["rows"])
+            self.index += 1
+            emit(BackfillProgress(self.name, self.run_id, self.batches, self.rows, replayed=True,
+                                  failures=self.failures))
+        sizer = BatchSizer(self.definition.batch)
+        pacer = self.definition.pacer
+        try:
+            # The first boundary always reports: a pause asked for before the pass started applies.
+            self._boundary(force=True)
+            while True:
+                step_name = batch_step_name(self.index)
+                pacer.wait(self.signal, step_name)
+                limit = sizer.size
+                began = pacer.monotonic()
+                page = self._read(limit)
+                if page is None:
+                    break
+                self._handle(page, step_name)
+                sizer.observe(len(page.rows), pacer.monotonic() - began)
+                self.cursor = page.cursor
+                self.batches += 1
+                self.rows += len(page.rows)
+                self.index += 1
+                emit(BackfillProgress(self.name, self.run_id, self.batches, self.rows, replayed=False,
+                                      failures=self.failures))
+                read = len(page.rows) if page.quarantined is None else len(page.quarantined)
+                if read < limit:
+                    break  # a short page: the key range is exhausted, no need to pay for an empty read
+                self._boundary()
+        finally:
+            if self.batches != self.reported or self.throttled is not None:
+                self.ledger.progress(self.run_id, self.batches, self.rows)
+        return self.batches, self.rows
+
+    def _boundary(self, force: bool = False) -> None:
+        """Between batches. The batch steps are the durable checkpoints; the ledger's counters are
+        for people watching, so they are written at most every LEDGER_PROGRESS_EVERY seconds, not
+        per batch (a second write per batch halved a fast sweep's throughput) -- and that write
+        also answers whether an operator asked the pass to pause."""
+        now = self.definition.pacer.monotonic()
+        due = force or self.reported_at is None or now - self.reported_at >= LEDGER_PROGRESS_EVERY
+        if due and self._report(None):
+            self._pause()
+
+    def _report(self, throttle: str | None) -> bool:
+        self.throttled = throttle
+        pause = self.ledger.progress(self.run_id, self.batches, self.rows, throttle)
+        self.reported, self.reported_at = self.batches, self.definition.pacer.monotonic()
+        if throttle is not None:
+            emit(BackfillProgress(self.name, self.run_id, self.batches, self.rows, replayed=False,
+                                  throttle=throttle, failures=self.failures))
+        return pause
+
+    def _pause(self) -> None:
+        if self.ledger.pause(self.run_id):
+            # Parked, not failed: the job is suspended (no attempt spent) until `resume` wakes it;
+            # the same job, run and ledger row then go on from the last checkpoint.
+            raise SuspendRun(PAUSE_RECHECK)
+
+    def _read(self, limit: int) -> _Page | None:
+        engine = self.engine()
+        if self.kind == "retry":
+            held = self.ledger.failures(self.name, limit=limit, after=self.cursor)
+            if not held:
+                return None
+            keys = [decode_failure_key(failure.key) for failure in held]
+            statement, key = _page_statement(self.definition, self.ctx, None, False, engine, None, keys)
+            self._check_once(statement, engine)
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                rows = list(conn.execute(statement).all())
+            return _Page(rows, held[-1].key, key, [failure.key for failure in held])
+        statement, key = _page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
+        self._check_once(statement, engine)
+        # One short-lived connection per page: nothing stays open across the handler or the wait.
+        # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            rows = list(conn.execute(statement).all())
+        if not rows:
+            return None
+        return _Page(rows, rows[-1][key], key)
+
+    def _check_once(self, statement: Select[Any], engine: Engine) -> None:
+        """The source's tables once per attempt, then the health throttle before every batch."""
+        if not self.checked:
+            check_source_tables(self.definition, statement, engine)
+            self.checked = True
+            self.throttle = Throttle.for_pass(self.definition, engine, statement)
+        self._hold()
+
+    def _hold(self) -> None:
+        if self.throttle is not None and self.throttle.hold(self.signal, self._report):
+            self._pause()
+
+    def _outcome(self, batch: Batch, page: _Page) -> tuple[list[tuple[str, str]], list[str]]:
+        """What the ledger learns from a handled batch: rows failed, and rows handled that it may
+        still hold as failed (a retry pass's page; a pass over a backfill with quarantined rows)."""
+        failed = [(failure_key(key, backfill=self.name), str(reason)) for key, reason in batch.failed.items()]
+        failed_keys = {key for key, _ in failed}
+        if page.quarantined is not None:
+            handled = [key for key in page.quarantined if key not in failed_keys]
+        elif self.forget:
+            handled = [k for row in page.rows if (k := failure_key(row[page.key], backfill=self.name))
+                       not in failed_keys]
+        else:
+            handled = []
+        self.failures += sum(1 for _ in failed)
+        return failed, handled
+
+    def _handle(self, page: _Page, step_name: str) -> None:
+        definition, name, index = self.definition, self.name, self.index
+        # The checkpoint's cursor: a sweep's last key (typed), a retry pass's last failure key (text).
+        checkpoint = {**encode_cursor(page.cursor, backfill=name), "rows": len(page.rows)}
+        record: Callable[[], dict[str, Any]] = functools.partial(dict, checkpoint)
+        if self.same_database or definition.transactional:
+            with self.engine().begin() as transaction:
+                batch = Batch(page.rows, self.ctx, self.signal, index, transaction, name, page.key)
+                self.awaiter.resolve(definition.handle(batch))
+                failed, handled = self._outcome(batch, page)
+                if self.same_database:
+                    # The handler's writes, the quarantine and the checkpoint: one transaction.
                     # Fenced: a lost claim refuses the record, raises JobAbortedError, and so rolls
                     # back the handler's writes with it.
-                    step.run(step_name, functools.partial(dict, checkpoint), connection=transaction)
-            else:
-                awaiter.resolve(definition.handle(Batch(page, ctx, signal, index)))
-                # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
-                step.run(step_name, functools.partial(dict, checkpoint))
-            # The key as the database returned it, not its JSON form: the next page compares it.
-            cursor = last
-            sizer.observe(len(page), definition.pacer.monotonic() - began)
-            batches += 1
-            rows += len(page)
-            index += 1
-            # The batch step above is the durable checkpoint; the ledger's counters are for people
-            # watching, so they are written at most every LEDGER_PROGRESS_EVERY seconds and once at
-            # the end, not per batch (a second write per batch halved a fast sweep's throughput).
-            if time.monotonic() - reported_at >= LEDGER_PROGRESS_EVERY:
-                ledger.progress(run_id, batches, rows)
-                reported, reported_at = batches, time.monotonic()
-            emit(BackfillProgress(name, run_id, batches, rows, replayed=False))
-            if len(page) < limit:
-                break  # a short page: the key range is exhausted, no need to pay for an empty read
-    finally:
-        if batches != reported:
-            ledger.progress(run_id, batches, rows)
-    return batches, rows
+                    if failed or handled:
+                        self.ledger.quarantine(self.run_id, name, index, failed, handled, connection=transaction)
+                    self.step.run(step_name, record, connection=transaction)
+                    return
+        else:
+            batch = Batch(page.rows, self.ctx, self.signal, index, None, name, page.key)
+            self.awaiter.resolve(definition.handle(batch))
+            failed, handled = self._outcome(batch, page)
+        # Quarantine first, then the checkpoint: a kill between them replays the batch, which
+        # stores the same failures again (idempotent) rather than losing them.
+        if failed or handled:
+            self.ledger.quarantine(self.run_id, name, index, failed, handled)
+        # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
+        self.step.run(step_name, record)
 
 
 def _error_text(error: BaseException) -> str:
@@ -207,9 +326,11 @@ def _close_aborted(ledger: BackfillLedger, run_id: str, error: JobAbortedError) 
 def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, step: SyncStep) -> BackfillReport:
     """Run (or resume) one pass of ``definition`` as the attempt ``step`` belongs to.
 
-    Order: environment, ``requires``, skip-if-completed (unless ``force``), ledger start, the
-    paced keyset sweep, the ``count`` convergence check, ledger finish. Any failure closes the
-    ledger row as ``failed`` (``cancelled`` on a cancel) and re-raises; a retry reopens it.
+    Order: environment, ``requires``, skip-if-completed (unless ``force``; never for a
+    ``retry_failed`` pass), ledger start, the paced keyset sweep (or, for a retry pass, the
+    quarantined rows), the ``count`` convergence check, ledger finish. Any failure closes the
+    ledger row as ``failed`` (``cancelled`` on a cancel) and re-raises; a retry reopens it. A pause
+    parks the job (:class:`~ultimat3.jobs.steps.SuspendRun`) and leaves the row ``paused``.
     """
     name = definition.name
     driver = step.driver
@@ -218,25 +339,33 @@ def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, ste
     check_requires(definition, driver, engine)
     ledger = driver.backfills
     run_id = step.run_id
+    kind: BackfillKind = "retry" if input.retry_failed else "pass"
     own = ledger.get(run_id)
     if own is not None and own.status == "completed":
         # An earlier attempt finished the pass but died before the job was acked.
-        return BackfillReport(name, own.batches, own.rows)
+        return BackfillReport(name, own.batches, own.rows, failures=own.failures, kind=own.kind)
+    if own is not None and own.status == "paused":
+        # Woken while still paused (a resume raced the pause): park again, look again later.
+        raise SuspendRun(PAUSE_RECHECK)
     previous = ledger.last_completed(name)
-    if previous is not None and not input.force:
+    if previous is not None and not input.force and kind == "pass":
         return BackfillReport(name, 0, 0, skipped=True, previous_run_id=previous.run_id)
-    ledger.start(run_id, name, definition.checksum, step.job_id)
+    ledger.start(run_id, name, definition.checksum, step.job_id, kind)
     awaiter = Awaiter()
     try:
         with backfill_scope(name, definition.tenant, ctx) as pass_ctx:
-            batches, rows = _sweep(definition, pass_ctx, step, engine, awaiter)
-            if definition.count is not None:
+            sweep = _Sweep(definition, pass_ctx, step, engine, awaiter, kind)
+            batches, rows = sweep.run()
+            if definition.count is not None and kind == "pass":
                 remaining = count_remaining(definition, pass_ctx, engine, awaiter)
-                if remaining > 0:
+                # Quarantined rows were left as they were, so they may well still match.
+                quarantined = ledger.outstanding(name) if remaining > 0 else 0
+                if remaining > quarantined:
                     raise BackfillError(
                         f'backfill "{name}" read its source to the end ({rows} rows in {batches} '
-                        f"batches) but count() still reports {remaining} row(s) left: source and "
-                        "count select different rows, or handle does not change what source matches",
+                        f"batches) but count() still reports {remaining} row(s) left"
+                        + (f" ({quarantined} of them quarantined)" if quarantined else "")
+                        + ": source and count select different rows, or handle does not change what source matches",
                         "make count() use the same predicate as source, and make handle move each "
                         "row out of it (or drop count= if rows are meant to stay matched)",
                         code="X_BACKFILL_STALLED",
@@ -250,4 +379,5 @@ def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, ste
     finally:
         awaiter.close()
     ledger.finish(run_id, "completed")
-    return BackfillReport(name, batches, rows, previous_run_id=None if previous is None else previous.run_id)
+    return BackfillReport(name, batches, rows, previous_run_id=None if previous is None else previous.run_id,
+                          failures=sweep.failures, kind=kind)

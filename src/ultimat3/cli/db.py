@@ -246,8 +246,7 @@ def _one(config: Config, name: str, *, dry_run: bool, force: bool, wait: bool, a
 
         report = run_in_foreground(config, handle, force=force, quiet=as_json)
         if as_json:
-            emit_json({"name": report.name, "batches": report.batches, "rows": report.rows,
-                       "skipped": report.skipped, "previous_run_id": report.previous_run_id})
+            emit_json(report.to_dict())
         return
     result = config.call(lambda: handle.enqueue({"force": force}, driver=driver))
     if as_json:

@@ -69,9 +69,9 @@ def parse_queries(text: str) -> dict[str, str]:
     return {name: _FRAGMENT.sub(expand, body) for name, body in queries.items() if not name.startswith("_")}
 
 
-def load_queries(package: str) -> dict[str, str]:
-    """Every named statement of ``package``'s ``queries.sql``."""
-    return parse_queries(resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8"))
+def load_queries(package: str, file: str = "queries.sql") -> dict[str, str]:
+    """Every named statement of ``package``'s ``queries.sql`` (or ``file``)."""
+    return parse_queries(resources.files(package).joinpath(file).read_text(encoding="utf-8"))
 
 
 def load_migrations(package: str) -> list[Migration]:

@@ -36,7 +36,8 @@ def test_a_pause_request_is_answered_by_progress(driver: JobDriver) -> None:
     assert driver.backfills.progress("r1", 2, 200) is True
     assert driver.backfills.pause("r1") is True
     run = driver.backfills.get("r1")
-    assert run is not None and (run.status, run.paused_by, run.batches, run.rows) == ("paused", "ops@example.com", 2, 200)
+    assert run is not None
+    assert (run.status, run.paused_by, run.batches, run.rows) == ("paused", "ops@example.com", 2, 200)
     # A paused pass is not asked again, and pausing twice changes nothing.
     assert driver.backfills.progress("r1", 2, 200) is False
     assert driver.backfills.pause("r1") is False
