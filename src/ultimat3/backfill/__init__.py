@@ -24,7 +24,14 @@ from ultimat3.backfill.definition import (
 )
 from ultimat3.backfill.engines import dispose_engines, engine_for_url
 from ultimat3.backfill.foreground import dry_run, run_backfill
-from ultimat3.backfill.gate import BackfillStatusRow, PendingBackfill, backfill_status, hold_reason, pending_backfills
+from ultimat3.backfill.gate import (
+    BackfillStatusRow,
+    PendingBackfill,
+    backfill_status,
+    hold_reason,
+    pending_backfills,
+    pending_reason,
+)
 from ultimat3.backfill.health import DEFAULT_HEALTH, Health, health
 from ultimat3.backfill.pacer import DEFAULT_BACKFILL_RATE, Pacer
 from ultimat3.backfill.progress import ProgressListener, add_progress_listener
@@ -87,6 +94,7 @@ __all__ = [
     "hold_reason",
     "is_backfill",
     "pending_backfills",
+    "pending_reason",
     "registered_backfills",
     "requirement_error",
     "run_backfill",

@@ -101,7 +101,7 @@ def _drain(worker: Worker, interruptible: bool) -> bool:
 
 def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriver | None = None,
                  environment: Environment | None = None, poll_interval: float = 0.5,
-                 interruptible: bool = False) -> BackfillReport:
+                 interruptible: bool = False, retry_failed: bool = False) -> BackfillReport:
     """Enqueue the backfill (joining a live pass under its name) and run it in this process
     until the job settles; returns its report. For sync callers (the CLI), not inside a loop.
 
@@ -111,13 +111,15 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
     While the job waits out a retry delay, or runs on another worker, this polls and reports that
     worker's progress from the ledger. With ``interruptible`` (the CLI), Ctrl-C releases the claim
     this process holds at once and raises :class:`~ultimat3.core.errors.Interrupted`.
+    ``retry_failed`` runs a pass over exactly the rows earlier passes quarantined. A pass paused
+    by an operator raises ``X_BACKFILL_PAUSED`` (it stays paused; ``resume`` continues it).
     """
     definition = _definition_of(handle)
     target = driver if driver is not None else get_driver()
     env = environment if environment is not None else default_environment()
     check_environment(definition, env)
     check_requires(definition, target)
-    enqueued = handle.enqueue({"force": force}, driver=target)
+    enqueued = handle.enqueue({"force": force, "retry_failed": retry_failed}, driver=target)
     worker = Worker(target, names=[handle.name], concurrency=1, environment=env)
     try:
         while True:
@@ -149,6 +151,14 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
                     traceback=row.last_error,
                 )
             ledger = target.backfills.get(enqueued.run_id)
+            if ledger is not None and ledger.status == "paused":
+                raise BackfillError(
+                    f'backfill "{definition.name}" was paused by {ledger.paused_by or "an operator"} after '
+                    f"{ledger.batches} batches / {ledger.rows} rows (job {row.id}); it stays paused",
+                    f"`x db backfill resume {definition.name}` continues it from there (a running worker picks "
+                    f"it up; `x db backfill {definition.name} --wait` watches it)",
+                    code="X_BACKFILL_PAUSED",
+                )
             if ledger is not None and row.state == "running":
                 # Attached to a pass another worker runs: show its progress, not ours (none).
                 emit(BackfillProgress(definition.name, ledger.run_id, ledger.batches, ledger.rows, replayed=False))

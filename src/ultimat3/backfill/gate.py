@@ -22,9 +22,13 @@ __all__ = [
     "backfill_status",
     "hold_reason",
     "pending_backfills",
+    "pending_reason",
 ]
 
-PendingReason = Literal["never-run", "checksum-changed"]
+#: Why a declared backfill is pending: never completed, completed only under other code, or
+#: completed with rows still quarantined (``batch.fail``) -- a pass that left rows behind has not
+#: done what the code that waits for it assumes.
+PendingReason = Literal["never-run", "checksum-changed", "failed-rows"]
 
 
 @dataclass(frozen=True)
@@ -69,16 +73,28 @@ def _declared(allow_none: bool) -> list[BackfillDeclaration]:
     return declared
 
 
+def pending_reason(driver: JobDriver, name: str, checksum: str) -> tuple[PendingReason | None, BackfillRun | None]:
+    """Why backfill ``name`` (whose code hashes to ``checksum``) is pending, or ``None``; and the
+    completed pass that decides it."""
+    last = driver.backfills.last_completed(name)
+    if last is None:
+        return "never-run", None
+    if last.checksum != checksum:
+        return "checksum-changed", last
+    if driver.backfills.outstanding(name) > 0:
+        return "failed-rows", last
+    return None, last
+
+
 def pending_backfills(driver: JobDriver, *, allow_none: bool = False) -> list[PendingBackfill]:
-    """Declared and never completed, or completed only under another checksum. Refuses
-    (``X_BACKFILL_NONE_DECLARED``) when nothing is declared, unless ``allow_none``."""
+    """Declared and never completed, completed only under another checksum, or completed with rows
+    still quarantined. Refuses (``X_BACKFILL_NONE_DECLARED``) when nothing is declared, unless
+    ``allow_none``."""
     pending: list[PendingBackfill] = []
     for declaration in _declared(allow_none):
-        last = driver.backfills.last_completed(declaration.name)
-        if last is None:
-            pending.append(PendingBackfill(declaration, "never-run", None))
-        elif last.checksum != declaration.checksum:
-            pending.append(PendingBackfill(declaration, "checksum-changed", last))
+        reason, last = pending_reason(driver, declaration.name, declaration.checksum)
+        if reason is not None:
+            pending.append(PendingBackfill(declaration, reason, last))
     return pending
 
 
@@ -87,12 +103,7 @@ def backfill_status(driver: JobDriver, *, allow_none: bool = True) -> list[Backf
     rows: list[BackfillStatusRow] = []
     for declaration in _declared(allow_none):
         runs = driver.backfills.list(declaration.name)
-        deciding = driver.backfills.last_completed(declaration.name)
-        pending: PendingReason | None = None
-        if deciding is None:
-            pending = "never-run"
-        elif deciding.checksum != declaration.checksum:
-            pending = "checksum-changed"
+        pending, deciding = pending_reason(driver, declaration.name, declaration.checksum)
         rows.append(BackfillStatusRow(declaration, pending, deciding, runs[0] if runs else None))
     return rows
 

@@ -54,6 +54,7 @@ from ultimat3.tenancy.where import and_where
 __all__ = [
     "LEDGER_PROGRESS_EVERY",
     "PAUSE_RECHECK",
+    "page_statement",
     "run_pass",
 ]
 
@@ -100,7 +101,7 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
     return column
 
 
-def _page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
+def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
                     engine: Engine, limit: int | None, keys: list[Any] | None = None) -> tuple[Select[Any], int]:
     """The page's statement and the POSITION of the key among its columns.
 
@@ -235,12 +236,12 @@ class _Sweep:
             if not held:
                 return None
             keys = [decode_failure_key(failure.key) for failure in held]
-            statement, key = _page_statement(self.definition, self.ctx, None, False, engine, None, keys)
+            statement, key = page_statement(self.definition, self.ctx, None, False, engine, None, keys)
             self._check_once(statement, engine)
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 rows = list(conn.execute(statement).all())
             return _Page(rows, held[-1].key, key, [failure.key for failure in held])
-        statement, key = _page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
+        statement, key = page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
         self._check_once(statement, engine)
         # One short-lived connection per page: nothing stays open across the handler or the wait.
         # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).

@@ -22,7 +22,7 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.db.migrations.operations.base import Operation
 
-from ultimat3.backfill import get_backfill, registered_backfills, run_backfill
+from ultimat3.backfill import get_backfill, pending_reason, registered_backfills, run_backfill
 from ultimat3.contrib.django.settings import load_settings
 from ultimat3.contrib.django.store import get_driver
 from ultimat3.core.context import ENVIRONMENTS, Environment
@@ -51,8 +51,8 @@ def require_backfill(name: str, *, run_pending_in: Sequence[Environment] | None 
         )
     declaration = next(item for item in registered_backfills() if item.name == name)
     driver = get_driver()
-    last = driver.backfills.last_completed(name)
-    if last is not None and last.checksum == declaration.checksum:
+    pending, _last = pending_reason(driver, name, declaration.checksum)
+    if pending is None:
         return "completed"
     environment = loaded.environment()
     inline = loaded.run_pending_in if run_pending_in is None else tuple(run_pending_in)
@@ -60,15 +60,22 @@ def require_backfill(name: str, *, run_pending_in: Sequence[Environment] | None 
         # `migrate` is the operator's act, as `x db backfill --wait` is: recorded under their login.
         actor = "migrate:" + default_actor().split(":", 1)[1]
         with operator_context(actor, f"manage.py migrate: RequireBackfill({name!r})"):
-            run_backfill(handle, driver=driver, environment=environment)
-        return "ran"
-    reason = "has never completed" if last is None else "last completed under other code (its checksum changed)"
-    raise XError(
-        f'backfill "{name}" {reason}: this migration waits for it (environment {environment})',
-        f"let a worker run it (`manage.py x db backfill --enqueue-pending`) or run it now with "
-        f"`manage.py x db backfill {name} --wait`, then migrate again",
-        code="X_BACKFILL_PENDING",
-    )
+            run_backfill(handle, driver=driver, environment=environment, retry_failed=pending == "failed-rows")
+        if pending_reason(driver, name, declaration.checksum)[0] is None:
+            return "ran"
+        pending = "failed-rows"  # the inline pass (or the retry of its rows) left rows quarantined
+    reason = {
+        "never-run": "has never completed",
+        "checksum-changed": "last completed under other code (its checksum changed)",
+        "failed-rows": f"completed with {driver.backfills.outstanding(name)} row(s) quarantined "
+                       f"(`manage.py x db backfill failures {name}` lists them)",
+    }[pending]
+    hint = (f"fix those rows, then re-run exactly them with `manage.py x db backfill {name} --retry-failed "
+            "--wait`, then migrate again" if pending == "failed-rows" else
+            "let a worker run it (`manage.py x db backfill --enqueue-pending`) or run it now with "
+            f"`manage.py x db backfill {name} --wait`, then migrate again")
+    raise XError(f'backfill "{name}" {reason}: this migration waits for it (environment {environment})', hint,
+                 code="X_BACKFILL_PENDING")
 
 
 class RequireBackfill(Operation):
