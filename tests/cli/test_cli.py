@@ -116,7 +116,8 @@ def test_dry_run_writes_nothing(x: X, database: str) -> None:
 
 def test_foreground_run_then_skip_then_force(x: X) -> None:
     report = as_json(x("db", "backfill", "cli.shout", "--wait", "--json"))
-    assert report == {"name": "cli.shout", "batches": 10, "rows": 1000, "skipped": False, "previous_run_id": None, "failures": 0, "kind": "pass"}
+    assert report == {"name": "cli.shout", "batches": 10, "rows": 1000, "skipped": False, "previous_run_id": None,
+                      "failures": 0, "kind": "pass"}
     pending = {p["name"] for p in as_json(x("db", "backfill", "--pending", "--json"))}
     assert "cli.shout" not in pending
     skipped = as_json(x("db", "backfill", "cli.shout", "--wait", "--json"))

@@ -48,7 +48,8 @@ def _reset_postgres(url: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_leases, x_workers, x_queues, x_audit, x_schedules, x_backfill_failures")
+        conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_backfill_failures, x_leases, x_workers, x_queues, "
+                     "x_audit, x_schedules")
         # The library's own migration rows stay: they describe the schema that is really there.
         conn.execute("DELETE FROM x_migrations WHERE id NOT LIKE 'x:%'")
 
