@@ -1,4 +1,4 @@
-"""The app the CLI tests point ``--app`` at: two jobs, a tenanted table and three backfills."""
+"""The app the CLI tests point ``--app`` at: jobs, a tenanted table and the backfills over it."""
 
 from __future__ import annotations
 
@@ -116,8 +116,38 @@ boom = backfill(
 )
 
 
+#: Ids ``cli.careful`` quarantines instead of handling (the tests "fix the data" by emptying it).
+refused: set[int] = set()
+
+
+def _careful(batch: Batch) -> None:
+    assert batch.connection is not None
+    good = []
+    for row in batch.rows:
+        if row.id in refused:
+            batch.fail(row, f"widget {row.id} is refused")
+        else:
+            good.append(row.id)
+    batch.connection.execute(update(widgets).where(widgets.c.id.in_(good)).values(label=func.upper(widgets.c.label)))
+
+
+careful = backfill(
+    engine="job-store",
+    name="cli.careful",
+    tenant="none",
+    source=lambda ctx: select(widgets.c.id).where(widgets.c.label != func.upper(widgets.c.label)),
+    handle=_careful,
+    batch=100,
+    rate=1000,
+    transactional=True,
+)
+
+
 def seed(rows: int = 1_000) -> None:
-    """(Re)create ``cli_widgets`` with ``rows`` lower-case labels across two orgs."""
+    """(Re)create ``cli_widgets`` with ``rows`` lower-case labels across two orgs; ``cli.careful``
+    refuses every 97th widget again."""
+    refused.clear()
+    refused.update(range(97, rows + 1, 97))
     metadata.drop_all(engine())
     metadata.create_all(engine())
     with engine().begin() as conn:

@@ -96,7 +96,8 @@ def test_cancel_then_retry(x: X, database: str) -> None:
 
 def test_backfill_listing_pending_and_check(x: X) -> None:
     declared = as_json(x("db", "backfill", "--json"))
-    assert {d["name"] for d in declared} == {"cli.shout", "cli.staging_only", "cli.needs_migration", "cli.boom"}
+    assert {d["name"] for d in declared} == {"cli.shout", "cli.staging_only", "cli.needs_migration", "cli.boom",
+                                                  "cli.careful"}
     assert all(d["kind"] == "backfill" and d["runs"] == [] for d in declared)
     pending = as_json(x("db", "backfill", "--pending", "--json"))
     assert {p["reason"] for p in pending} == {"never-run"}
@@ -142,7 +143,7 @@ def test_foreground_run_shows_progress_and_ledger(x: X) -> None:
 
 def test_enqueue_pending_honours_environment_and_requires(x: X, database: str) -> None:
     outcome = as_json(x("db", "backfill", "--enqueue-pending", "--json"))
-    assert [e["name"] for e in outcome["enqueued"]] == ["cli.shout"]
+    assert [e["name"] for e in outcome["enqueued"]] == ["cli.shout", "cli.careful"]
     held = {h["name"]: h["code"] for h in outcome["held"]}
     assert held == {"cli.staging_only": "X_BACKFILL_ENVIRONMENT", "cli.needs_migration": "X_BACKFILL_REQUIRES",
                     "cli.boom": "X_BACKFILL_ENVIRONMENT"}
@@ -155,7 +156,8 @@ def test_enqueue_pending_honours_environment_and_requires(x: X, database: str) -
     finally:
         driver.close()
     staged = as_json(x("--env", "staging", "db", "backfill", "--enqueue-pending", "--json"))
-    assert {e["name"] for e in staged["enqueued"]} == {"cli.shout", "cli.staging_only", "cli.needs_migration"}
+    assert {e["name"] for e in staged["enqueued"]} == {"cli.shout", "cli.staging_only", "cli.needs_migration",
+                                                       "cli.careful"}
     assert [h["name"] for h in staged["held"]] == ["cli.boom"]
 
 
