@@ -178,8 +178,14 @@ def test_file_is_in_wal_mode(driver: SqliteDriver, db: Path) -> None:
         conn.close()
 
 
+#: Columns only PostgreSQL has, and why: its workers' liveness is their backend's advisory lock;
+#: SQLite orders audit entries by the table's own rowid.
+POSTGRES_ONLY = {("x_workers", "backend_pid"), ("x_audit", "seq")}
+
+
 def _postgres_schema() -> tuple[dict[str, set[str]], set[str]]:
-    text = (SRC / "postgres" / "migrations" / "0001_init.sql").read_text()
+    # Every migration, in order: tables created later and columns added later count too.
+    text = "\n".join(path.read_text() for path in sorted((SRC / "postgres" / "migrations").glob("*.sql")))
     tables: dict[str, set[str]] = {}
     for match in re.finditer(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", text, re.S):
         columns = set()
@@ -188,6 +194,10 @@ def _postgres_schema() -> tuple[dict[str, set[str]], set[str]]:
             if line and not line.startswith(("--", "PRIMARY KEY")):
                 columns.add(line.split()[0])
         tables[match.group(1)] = columns
+    for table, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)", text):
+        tables[table].add(column)
+    for table, column in POSTGRES_ONLY:
+        tables[table].discard(column)
     indexes = set(re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", text))
     return tables, indexes
 

@@ -128,7 +128,7 @@ def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first:
 
 #: How long a paused pass's job is parked before it looks at its ledger row again. A resume wakes
 #: it at once; the bound only covers a resume that lands while the pass is still suspending itself.
-PAUSE_RECHECK = 60.0
+PAUSE_RECHECK = 300.0
 
 
 @dataclass
