@@ -380,5 +380,8 @@ def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, ste
     finally:
         awaiter.close()
     ledger.finish(run_id, "completed")
+    # The ledger's count, not this attempt's: a batch replayed after a kill fails its rows again,
+    # and the ledger counts each row once per pass.
+    final = ledger.get(run_id)
     return BackfillReport(name, batches, rows, previous_run_id=None if previous is None else previous.run_id,
-                          failures=sweep.failures, kind=kind)
+                          failures=sweep.failures if final is None else final.failures, kind=kind)
