@@ -105,6 +105,25 @@ def show(config: Config, job_id: str, as_json: bool) -> None:
         say(f"backfill pass: {ledger.status}, {ledger.batches} batches, {ledger.rows} rows")
 
 
+@jobs_group.command("why")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help='Print {"id", "name", "queue", "state", "waiting", "reasons"}.')
+@click.pass_obj
+def why(config: Config, job_id: str, as_json: bool) -> None:
+    """Why a job has not started: its run_at (later, a retry's backoff, a sleep, a paused backfill),
+    its queue paused, no live worker for its queue, or nothing (it is due and next in line)."""
+    from ultimat3.jobs.why import why_waiting
+
+    explained = config.call(why_waiting, config.driver(), job_id)
+    if as_json:
+        emit_json(explained.to_json())
+        return
+    job = explained.job
+    say(f"job {job.id} ({job.name}, queue {job.queue}) is {job.state}")
+    for reason in explained.reasons:
+        say(f"  {reason.code}: {reason.text}", style="yellow" if explained.waiting and reason.code != "due" else "")
+
+
 def _audited(config: Config, action: BulkAction, job_id: str, actor: str | None,
              act: Callable[[], JobRecord | None]) -> JobRecord | None:
     """One single-job operator action, recorded in the audit log like a bulk one."""

@@ -1,0 +1,88 @@
+"""`x jobs why ID`: every reason a waiting job has not started, read from the store (SQLite and
+PostgreSQL), and the one coded line for an id that is not there."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cli import cli_app
+from tests.cli.conftest import X
+from ultimat3.drivers import create_driver
+from ultimat3.drivers.protocol import ClaimRequest, JobDriver, NackRequest, WorkerInfo
+
+
+@pytest.fixture
+def driver(database: str) -> Iterator[JobDriver]:
+    built = create_driver(database)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+def why(x: X, job_id: str) -> Any:
+    result = x("jobs", "why", job_id, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def codes(explained: Any) -> list[str]:
+    return [r["code"] for r in explained["reasons"]]
+
+
+def test_a_job_enqueued_for_later_with_no_worker_says_both(x: X, driver: JobDriver) -> None:
+    queued = cli_app.ping.enqueue({"org_id": "o1", "n": 1}, delay="10m", driver=driver)
+    explained = why(x, queued.id)
+    assert explained["waiting"] and codes(explained) == ["not-due", "no-worker"]
+    assert "in 10 min" in explained["reasons"][0]["text"]
+    human = x("jobs", "why", queued.id)
+    assert human.exit_code == 0 and "not-due:" in human.stdout and "x worker --queue default" in human.stdout
+
+
+def test_a_paused_queue_names_who_paused_it(x: X, driver: JobDriver) -> None:
+    queued = cli_app.ping.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    assert x("queues", "pause", "default", "--actor", "ops@example.com").exit_code == 0
+    explained = why(x, queued.id)
+    assert codes(explained) == ["queue-paused", "no-worker"]
+    assert "paused by ops@example.com" in explained["reasons"][0]["text"]
+
+
+def test_a_due_job_with_a_live_worker_is_next_in_line(x: X, driver: JobDriver) -> None:
+    queued = cli_app.ping.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    driver.workers.register(WorkerInfo(id="w-why", host="h", pid=1, concurrency=4, queues=("default",)))
+    try:
+        explained = why(x, queued.id)
+        assert codes(explained) == ["due"]
+        text = explained["reasons"][0]["text"]
+        assert "1 live worker(s)" in text and "0 of 4 slots" in text
+    finally:
+        driver.workers.unregister("w-why")
+
+
+def test_a_failed_attempt_waits_out_its_backoff_with_its_error(x: X, driver: JobDriver) -> None:
+    queued = cli_app.ping.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    [claimed] = driver.claim(ClaimRequest("w1"))
+    assert driver.nack(queued.id, claimed.claim_token, NackRequest(error="RuntimeError: upstream 503", delay=300))
+    explained = why(x, queued.id)
+    assert codes(explained)[0] == "backoff"
+    assert "attempt 1 failed" in explained["reasons"][0]["text"] and "upstream 503" in explained["reasons"][0]["text"]
+
+
+def test_running_and_finished_jobs_are_not_waiting(x: X, driver: JobDriver) -> None:
+    queued = cli_app.ping.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    [claimed] = driver.claim(ClaimRequest("w-runner"))
+    running = why(x, queued.id)
+    assert not running["waiting"] and codes(running) == ["running"] and "w-runner" in running["reasons"][0]["text"]
+    driver.ack(queued.id, claimed.claim_token, 1)
+    done = why(x, queued.id)
+    assert not done["waiting"] and codes(done) == ["finished"] and "ended done" in done["reasons"][0]["text"]
+
+
+def test_an_unknown_id_is_one_coded_line(x: X) -> None:
+    result = x("jobs", "why", "no-such-job")
+    assert result.exit_code == 2 and "X_JOB_NOT_FOUND" in result.stderr and "hint:" in result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
