@@ -89,6 +89,25 @@ def test_migrate_waits_at_the_gate_until_the_backfill_completes(site: Site) -> N
     assert sorted(row[0] for row in site.sql("SELECT code FROM shop_order")) == ["C-1", "C-2", "C-3"]
 
 
+def test_quarantined_rows_hold_the_gate_until_a_retry_pass_clears_them(site: Site) -> None:
+    ok(site.manage("migrate", "shop", "0002"))
+    site.sql("INSERT INTO shop_order (email, shipped) VALUES ('a@x', false)")
+    ok(site.manage("x", "db", "backfill", "shop.fill_codes", "--wait"))
+    [(run_id,)] = site.sql("SELECT run_id FROM x_backfills WHERE name = 'shop.fill_codes'")
+    failed_at = "1767225600.0" if site.url.startswith("sqlite") else "now()"
+    site.sql("INSERT INTO x_backfill_failures (name, key, reason, run_id, batch, failed_at) VALUES "
+             f"('shop.fill_codes', '{{\"cursor\":1}}', 'bad email', '{run_id}', 0, {failed_at})")
+
+    refused = site.manage("migrate")
+    assert refused.returncode == 2 and "X_BACKFILL_PENDING" in refused.stderr
+    assert "1 row(s) quarantined" in refused.stderr and "--retry-failed" in refused.stderr
+    assert site.applied() == ["0001_initial", "0002_order_code"]
+    # The row has its code by now, so the retry pass finds it gone from the source and forgets it.
+    ok(site.manage("x", "db", "backfill", "shop.fill_codes", "--retry-failed", "--wait"))
+    ok(site.manage("migrate"))
+    assert site.applied()[-1] == "0004_code_not_null"
+
+
 def test_in_development_migrate_runs_the_pending_backfill_inline(site: Site) -> None:
     ok(site.manage("migrate", "shop", "0002"))
     site.sql("INSERT INTO shop_order (email, shipped) VALUES ('a@x', false), ('b@x', false)")
