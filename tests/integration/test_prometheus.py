@@ -118,3 +118,28 @@ def test_metrics_without_the_extra_is_one_coded_line(tmp_path: Path, monkeypatch
     assert result.exit_code == 2
     assert "error X_EXTRA_MISSING" in result.stderr and "ultimat3[prometheus]" in result.stderr
     assert not (tmp_path / "x.db").exists()  # refused before the database was opened
+
+
+def test_backfill_gauges_follow_a_held_pass_and_its_quarantine() -> None:
+    from prometheus_client import generate_latest
+
+    from ultimat3.backfill import BackfillProgress
+    from ultimat3.drivers.memory import MemoryDriver
+
+    driver = MemoryDriver()
+    metrics = WorkerMetrics(driver)
+    try:
+        metrics.on_progress(BackfillProgress("bf", "r", 3, 300, replayed=False, failures=2))
+        metrics.on_progress(BackfillProgress("bf", "r", 3, 300, replayed=False, throttle="a transaction has been open",
+                                              failures=2))
+        text = generate_latest(metrics.registry).decode()
+        assert value(text, "ultimat3_backfill_held", name="bf") == 1.0
+        assert value(text, "ultimat3_backfill_failed_rows", name="bf") == 2.0
+        assert value(text, "ultimat3_backfill_batches_handled_total", name="bf") == 1.0  # a wait is no batch
+        metrics.on_progress(BackfillProgress("bf", "r", 4, 400, replayed=False, failures=2))
+        text = generate_latest(metrics.registry).decode()
+        assert value(text, "ultimat3_backfill_held", name="bf") == 0.0
+        assert value(text, "ultimat3_backfill_batches_handled_total", name="bf") == 2.0
+    finally:
+        metrics.close()
+        driver.close()

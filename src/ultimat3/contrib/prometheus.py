@@ -17,7 +17,9 @@ Metrics (prefix ``ultimat3_``):
   ``queue_paused{queue}``: sampled from the database every ``sample_interval`` seconds (15), one
   query per sample however often Prometheus scrapes;
 - ``backfill_rows{name}``, ``backfill_batches{name}``: the current pass of each backfill that runs in
-  this process, as of its last batch; ``backfill_batches_total{name}``: batches handled here.
+  this process, as of its last batch; ``backfill_batches_total{name}``: batches handled here;
+  ``backfill_held{name}``: 1 while a database-health check holds the pass; ``backfill_failed_rows{name}``:
+  rows the current pass quarantined.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ class WorkerMetrics:
                                       registry=r)
         self.backfill_handled = Counter("ultimat3_backfill_batches_handled", "Backfill batches handled here.",
                                         ["name"], registry=r)
+        self.backfill_held = Gauge("ultimat3_backfill_held",
+                                   "1 while a database-health check holds the pass (its reason is in the ledger).",
+                                   ["name"], registry=r)
+        self.backfill_failed = Gauge("ultimat3_backfill_failed_rows", "Rows the current pass quarantined.",
+                                     ["name"], registry=r)
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._server: Any = None
@@ -93,7 +100,10 @@ class WorkerMetrics:
         """A backfill progress listener (installed by the constructor)."""
         self.backfill_rows.labels(event.name).set(event.rows)
         self.backfill_batches.labels(event.name).set(event.batches)
-        if not event.replayed:
+        self.backfill_failed.labels(event.name).set(event.failures)
+        # A throttle event reports a wait, not a batch; the next batch's event clears the gauge.
+        self.backfill_held.labels(event.name).set(0 if event.throttle is None else 1)
+        if not event.replayed and event.throttle is None:
             self.backfill_handled.labels(event.name).inc()
 
     def sample(self) -> None:
