@@ -161,7 +161,8 @@ def run_backfill(handle: JobHandle[Any], *, force: bool = False, driver: JobDriv
                 )
             if ledger is not None and row.state == "running":
                 # Attached to a pass another worker runs: show its progress, not ours (none).
-                emit(BackfillProgress(definition.name, ledger.run_id, ledger.batches, ledger.rows, replayed=False))
+                emit(BackfillProgress(definition.name, ledger.run_id, ledger.batches, ledger.rows, replayed=False,
+                                      throttle=ledger.throttle, failures=ledger.failures))
             try:
                 time.sleep(poll_interval)
             except KeyboardInterrupt:
