@@ -263,6 +263,32 @@ def test_pause_stops_at_a_batch_boundary_and_resume_goes_on_under_the_same_row(d
     assert ("resume", "completed", {"backfill": "ctl.emails"}) in actions
 
 
+def test_a_pause_lands_at_the_next_boundary_even_between_progress_writes(driver: JobDriver,
+                                                                          engine: sa.Engine) -> None:
+    clock = ManualClock()  # never advanced by the batches: the once-a-second progress write is not due
+    batches: list[int] = []
+
+    def handle(batch: Batch) -> None:
+        _count_or_fail(batch)
+        batches.append(batch.index)
+
+    def operator(event: BackfillProgress) -> None:
+        if event.batches == 2 and not event.replayed:
+            pause_backfill(driver, "ctl.emails", actor="ops")
+
+    declared = backfill(name="ctl.emails", tenant="none", source=lambda ctx: sa.select(accounts), handle=handle,
+                        engine="job-store", batch=8, rate=1000, retry=NOW, clock=clock,
+                        sleep=lambda seconds, signal: None)
+    queued = declared.enqueue(driver=driver)
+    remove = add_progress_listener(operator)
+    try:
+        drain(driver)
+    finally:
+        remove()
+    run = driver.backfills.get(queued.run_id)
+    assert batches == [0, 1] and run is not None and (run.status, run.batches) == ("paused", 2)
+
+
 def test_a_sample_runs_real_batches_and_rolls_them_back(driver: JobDriver, engine: sa.Engine) -> None:
     declared = declare_quarantining(transactional=True)
     measured = sample(declared, 3, driver=driver, environment="test")

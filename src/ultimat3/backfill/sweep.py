@@ -58,8 +58,7 @@ __all__ = [
     "run_pass",
 ]
 
-#: Seconds (the pacer's clock) between writes of a running pass's counters to its ledger row; each
-#: write also reads whether an operator asked the pass to pause, so a pause lands within it.
+#: Seconds (the pacer's clock) between writes of a running pass's counters to its ledger row.
 LEDGER_PROGRESS_EVERY = 1.0
 
 
@@ -207,11 +206,18 @@ class _Sweep:
     def _boundary(self, force: bool = False) -> None:
         """Between batches. The batch steps are the durable checkpoints; the ledger's counters are
         for people watching, so they are written at most every LEDGER_PROGRESS_EVERY seconds, not
-        per batch (a second write per batch halved a fast sweep's throughput) -- and that write
-        also answers whether an operator asked the pass to pause."""
+        per batch (a second write per batch halved a fast sweep's throughput). Every boundary
+        asks whether an operator wants the pass paused."""
         now = self.definition.pacer.monotonic()
         due = force or self.reported_at is None or now - self.reported_at >= LEDGER_PROGRESS_EVERY
-        if due and self._report(None):
+        if due:
+            asked = self._report(None)
+        else:
+            # Between progress writes a read (no commit, no WAL) still answers at every boundary,
+            # so a pause lands at the next one after it was asked for.
+            own = self.ledger.get(self.run_id)
+            asked = own is not None and own.status == "running" and own.paused_by is not None
+        if asked:
             self._pause()
 
     def _report(self, throttle: str | None) -> bool:

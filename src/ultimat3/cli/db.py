@@ -384,8 +384,8 @@ def pause_command(config: Config, name: str, actor: str | None, as_json: bool) -
     if as_json:
         emit_json(run_json(run))
         return
-    say(f"asked pass {run.run_id} of {name} to pause: it stops at its next batch boundary (within about a "
-        f"second) after {run.batches} batches / {run.rows} rows so far; `x db backfill resume {name}` goes on")
+    say(f"asked pass {run.run_id} of {name} to pause: it stops at its next batch boundary (the batch in "
+        f"flight finishes); {run.batches} batches / {run.rows} rows so far; `x db backfill resume {name}` goes on")
 
 
 @backfill_group.command("resume")
