@@ -3,8 +3,9 @@ checkpoint under the same ledger row, list the rows it quarantined.
 
 A pause is a request the pass answers: the operator's ``pause`` marks the pass's ledger row, the
 pass reads the mark at its next batch boundary (the batch in flight finishes and is checkpointed;
-none is cut in half), sets the row ``paused`` and parks its job (suspended, no attempt spent). ``resume`` sets the row back to ``running`` and wakes the job in
-one transaction; a worker goes on from the last checkpoint. Both are written to the audit log.
+none is cut in half), sets the row ``paused`` and parks its job (suspended, no attempt spent).
+``resume`` sets the row back to ``running`` and wakes the job in one transaction; a worker goes on
+from the last checkpoint. Both are written to the audit log.
 """
 
 from __future__ import annotations
