@@ -265,12 +265,13 @@ def test_pause_stops_at_a_batch_boundary_and_resume_goes_on_under_the_same_row(d
 
 def test_a_pause_lands_at_the_next_boundary_even_between_progress_writes(driver: JobDriver,
                                                                           engine: sa.Engine) -> None:
-    clock = ManualClock()  # never advanced by the batches: the once-a-second progress write is not due
+    clock = ManualClock()
     batches: list[int] = []
 
     def handle(batch: Batch) -> None:
         _count_or_fail(batch)
         batches.append(batch.index)
+        clock.advance(0.2)  # a pass at 5 batches/s: the once-a-second progress write is not due yet
 
     def operator(event: BackfillProgress) -> None:
         if event.batches == 2 and not event.replayed:
