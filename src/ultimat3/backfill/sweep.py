@@ -102,7 +102,7 @@ def _key_column(definition: BackfillDefinition, stmt: Select[Any]) -> ColumnElem
 
 
 def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first: bool,
-                    engine: Engine, limit: int | None, keys: list[Any] | None = None) -> tuple[Select[Any], int]:
+                   engine: Engine, limit: int | None, keys: list[Any] | None = None) -> tuple[Select[Any], int]:
     """The page's statement and the POSITION of the key among its columns.
 
     Built afresh for every page: source is lazy, and scoping happens against the pass's ctx. The
