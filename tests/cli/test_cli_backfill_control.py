@@ -107,6 +107,9 @@ def test_pause_and_resume_through_the_ledger(x: X, database: str) -> None:
         assert driver.nack(queued.id, claimed.claim_token, NackRequest(delay=60, counts_as_attempt=False))
         latest = next(d for d in as_json(x("db", "backfill", "--json")) if d["name"] == "cli.careful")["latest_run"]
         assert (latest["status"], latest["paused_by"], latest["rows"]) == ("paused", "ops@example.com", 300)
+        shown = x("jobs", "show", queued.id)
+        assert shown.exit_code == 0 and "backfill pass: paused, 3 batches, 300 rows, paused by ops@example.com" in (
+            " ".join(shown.stdout.split()))
         said = x("db", "backfill", "resume", "cli.careful")
         assert said.exit_code == 0 and f"resumed pass {queued.run_id}" in said.stdout and "300 rows" in said.stdout
         run = driver.backfills.get(queued.run_id)

@@ -248,14 +248,22 @@ def _sweep_handle(batch: Batch) -> None:
     time.sleep(0.02)
 
 
+#: ``chaos.exact`` quarantines the rows whose id is a multiple of this.
+QUARANTINE_EVERY = 97
+
+
 def _exact_handle(batch: Batch) -> None:
     # NOT idempotent: every handling adds 1. Written through batch.connection, in the transaction
     # the batch's checkpoint is recorded in: a kill anywhere leaves both or neither.
+    # Every QUARANTINE_EVERY-th row is quarantined instead: stored in the same transaction too.
     assert batch.connection is not None
     batch.connection.execute(sa.text("INSERT INTO bf_exact_batches (idx) VALUES (:idx)"), {"idx": batch.index})
+    for row in batch.rows:
+        if row.id % QUARANTINE_EVERY == 0:
+            batch.fail(row, f"row {row.id} is refused")
     batch.connection.execute(
         sa.text("INSERT INTO bf_exact (id, n) VALUES (:id, 1) ON CONFLICT (id) DO UPDATE SET n = bf_exact.n + 1"),
-        [{"id": row.id} for row in batch.rows])
+        [{"id": row.id} for row in batch.rows if row.id % QUARANTINE_EVERY])
     time.sleep(0.02)  # a kill may land here, inside the open transaction
 
 

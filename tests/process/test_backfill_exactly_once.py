@@ -1,6 +1,7 @@
 """Exactly-once same-database sweeps: a backfill whose handler increments a counter per row (not
-idempotent) through ``batch.connection`` is SIGKILLed again and again mid-pass, on SQLite and
-PostgreSQL; every counter ends at exactly 1 and no batch's writes were ever committed twice."""
+idempotent) through ``batch.connection`` and quarantines every 97th row is SIGKILLed again and again
+mid-pass, on SQLite and PostgreSQL; every counter ends at exactly 1, no batch's writes were ever
+committed twice, and each quarantined row is stored and counted exactly once."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.process import chaos_app
 from tests.process.harness import Fleet, postgres_schema
+from ultimat3.backfill.cursor import decode_failure_key
 from ultimat3.drivers import create_driver
 from ultimat3.jobs import isolated_registry
 
@@ -67,6 +69,7 @@ def run_exactly_once(backend: str, url: str, root: Path) -> None:
             assert all(code == 0 for code in codes.values()), f"{codes}\n{fleet.logs()}"
         job = driver.introspect.get(queued.id)
         runs = driver.backfills.list("chaos.exact")
+        quarantined = driver.backfills.failures("chaos.exact", limit=ROWS)
     finally:
         driver.close()
     counted, low, high = app.rows("SELECT count(*), min(n), max(n) FROM bf_exact")[0]
@@ -76,9 +79,14 @@ def run_exactly_once(backend: str, url: str, root: Path) -> None:
           f"max_n={high} seed={seed}")
     assert job is not None and job.state == "done", job and job.last_error
     assert kills == KILLS, f"only {kills} kills landed mid-pass"
-    assert (counted, low, high) == (ROWS, 1, 1), "every row's counter is exactly 1"
+    refused = ROWS // chaos_app.QUARANTINE_EVERY
+    assert (counted, low, high) == (ROWS - refused, 1, 1), "every handled row's counter is exactly 1"
     assert committed_batches == BATCHES, "no batch's writes committed twice: zero replays after the kills"
     assert len(runs) == 1 and runs[0].status == "completed" and runs[0].rows == ROWS
+    # The quarantine commits with the batch: every refused row stored once, counted once.
+    assert sorted(decode_failure_key(f.key) for f in quarantined) == [
+        i for i in range(1, ROWS + 1) if i % chaos_app.QUARANTINE_EVERY == 0]
+    assert runs[0].failures == refused
 
 
 def test_exactly_once_on_sqlite_under_kills(tmp_path: Path) -> None:

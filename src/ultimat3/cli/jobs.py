@@ -102,7 +102,10 @@ def show(config: Config, job_id: str, as_json: bool) -> None:
     if steps:
         console.print(steps_table(steps))
     if ledger is not None:
-        say(f"backfill pass: {ledger.status}, {ledger.batches} batches, {ledger.rows} rows")
+        extra = "".join([f", paused by {ledger.paused_by}" if ledger.status == "paused" else "",
+                         f", {ledger.failures} rows quarantined" if ledger.failures else "",
+                         f", held: {ledger.throttle}" if ledger.throttle else ""])
+        say(f"backfill pass: {ledger.status}, {ledger.batches} batches, {ledger.rows} rows{extra}")
 
 
 @jobs_group.command("why")
