@@ -150,12 +150,14 @@ class _Sweep:
     """One attempt's sweep of a pass: the page loop, its checkpoints, pauses and throttle."""
 
     def __init__(self, definition: BackfillDefinition, ctx: Ctx, step: SyncStep, engine: LazyEngine,
-                 awaiter: Awaiter, kind: BackfillKind) -> None:
+                 awaiter: Awaiter, kind: BackfillKind, failures: int) -> None:
         self.definition, self.ctx, self.step, self.engine, self.awaiter = definition, ctx, step, engine, awaiter
         self.kind = kind
         self.name, self.run_id, self.signal = definition.name, step.run_id, step.signal
         self.ledger = step.driver.backfills
-        self.index = self.batches = self.rows = self.failures = 0
+        self.index = self.batches = self.rows = 0
+        #: Rows this pass quarantined, as its ledger row counted them when this attempt began.
+        self.failures = failures
         self.cursor: Any = None
         self.reported = -1
         self.reported_at: float | None = None
@@ -169,8 +171,6 @@ class _Sweep:
         self.forget = kind == "pass" and self.ledger.outstanding(self.name) > 0
 
     def run(self) -> tuple[int, int]:
-        own = self.ledger.get(self.run_id)
-        self.failures = 0 if own is None else own.failures
         # Replay what earlier attempts recorded: no page read, no handler call.
         while (record := self.step.recorded(batch_step_name(self.index))) is not None:
             self.cursor = decode_cursor(record.result)
@@ -254,19 +254,18 @@ class _Sweep:
                 return None
             keys = [decode_failure_key(failure.key) for failure in held]
             statement, key = page_statement(self.definition, self.ctx, None, False, engine, None, keys)
-            self._check_once(statement, engine)
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                rows = list(conn.execute(statement).all())
-            return _Page(rows, held[-1].key, key, [failure.key for failure in held])
+            return _Page(self._fetch(statement, engine), held[-1].key, key, [failure.key for failure in held])
         statement, key = page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
+        rows = self._fetch(statement, engine)
+        return _Page(rows, rows[-1][key], key) if rows else None
+
+    def _fetch(self, statement: Select[Any], engine: Engine) -> list[Row[Any]]:
+        """One page, after the checks that come before every batch."""
         self._check_once(statement, engine)
         # One short-lived connection per page: nothing stays open across the handler or the wait.
         # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            rows = list(conn.execute(statement).all())
-        if not rows:
-            return None
-        return _Page(rows, rows[-1][key], key)
+            return list(conn.execute(statement).all())
 
     def _check_once(self, statement: Select[Any], engine: Engine) -> None:
         """The source's tables once per attempt, then the health throttle before every batch."""
@@ -292,7 +291,7 @@ class _Sweep:
                        not in failed_keys]
         else:
             handled = []
-        self.failures += sum(1 for _ in failed)
+        self.failures += len(failed)
         return failed, handled
 
     def _handle(self, page: _Page, step_name: str) -> None:
@@ -372,7 +371,7 @@ def run_pass(definition: BackfillDefinition, input: BackfillInput, ctx: Ctx, ste
     awaiter = Awaiter()
     try:
         with backfill_scope(name, definition.tenant, ctx) as pass_ctx:
-            sweep = _Sweep(definition, pass_ctx, step, engine, awaiter, kind)
+            sweep = _Sweep(definition, pass_ctx, step, engine, awaiter, kind, 0 if own is None else own.failures)
             batches, rows = sweep.run()
             if definition.count is not None and kind == "pass":
                 remaining = count_remaining(definition, pass_ctx, engine, awaiter)
