@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -41,10 +42,13 @@ def test_ls_shows_every_declared_schedule_and_what_a_worker_fired(x: X, driver: 
     assert nightly["next_fire"].endswith(("01:00:00Z", "02:00:00Z"))  # 03:00 Berlin in UTC
     assert nightly["last_tick"] is None and nightly["paused"] is False
 
-    # A worker's scheduler registers the schedules; an hour on, it fires the hourly one.
+    # A worker's scheduler registers the schedules; an hour on, it fires the hourly one. The hour is
+    # fixed (noon UTC, far from 03:00 Berlin): from the wall clock, a run between 01:00 and 03:00 UTC
+    # would see the nightly tick fall inside the hour too.
+    noon = datetime(2026, 6, 1, 12, 0, tzinfo=UTC).timestamp()
     scheduler = Scheduler(driver, [d for d in declared_schedules() if d.handle.name == "cli.digest"])
-    scheduler.run_once(driver.clock.now())
-    fired = scheduler.run_once(driver.clock.now() + 3600)
+    scheduler.run_once(noon)
+    fired = scheduler.run_once(noon + 3600)
     [(key, result)] = fired
     assert key == "cli.digest:hourly" and result.job is not None
     hourly = {s["name"]: s for s in as_json(x("schedules", "ls", "--json"))}["cli.digest:hourly"]
