@@ -49,6 +49,14 @@ class EnqueueRequest:
     traceparent: str | None = None
     enqueued_by: str | None = None
     on_conflict: OnConflict = "return"
+    #: Flow control (see :mod:`ultimat3.drivers.flow`): at most ``flow_max`` jobs under
+    #: ``flow_key`` run at once; starts under ``rate_key`` stay under ``rate_per_second``, at most
+    #: ``rate_burst`` at once. The enqueue computes them from the job's declaration.
+    flow_key: str | None = None
+    flow_max: int | None = None
+    rate_key: str | None = None
+    rate_per_second: float | None = None
+    rate_burst: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,11 @@ class JobRecord:
     finished_at: datetime | None = None
     last_error: str | None = None
     result: Any = None
+    flow_key: str | None = None
+    flow_max: int | None = None
+    rate_key: str | None = None
+    rate_per_second: float | None = None
+    rate_burst: int | None = None
 
 
 #: The starvation bound of every driver's claim, in seconds of its clock: a job that is runnable
@@ -106,6 +119,12 @@ class ClaimRequest:
     Runnable: ``ready``/``delayed``/``suspended`` with ``run_at <= now``, or ``running`` whose
     visibility lapsed (its worker is presumed lost). ``queues``/``names`` of ``None`` mean any.
     Order: ``priority`` descending, then ``run_at``, then ``id``; see :data:`CLAIM_STARVATION_BOUND`.
+
+    Jobs under flow control (a ``flow_key`` or ``rate_key`` on the row) are claimed only when
+    ``flow`` is true, and then only within their limits (see :mod:`ultimat3.drivers.flow`): a
+    claim takes those first, in claim order among themselves, then the others in claim order.
+    A worker passes ``flow=True`` when it runs a job that declares flow control; a claimer that
+    does not know of limits never takes a job under one.
     """
 
     worker_id: str
@@ -113,6 +132,18 @@ class ClaimRequest:
     visibility_timeout: float = 30.0
     queues: tuple[str, ...] | None = None
     names: tuple[str, ...] | None = None
+    flow: bool = False
+
+
+class ClaimBatch(list["ClaimedJob"]):
+    """What :meth:`JobDriver.claim` returns: the claimed jobs, and ``wake_at`` (epoch seconds of the
+    driver's clock, ``None`` when there is nothing to wait for): when a job this claim passed over
+    for a rate limit gets its token, so a claimer that found too little can come back then instead
+    of at its next poll; and ``more``: this claim turned jobs away at a limit it filled itself, so a
+    claim made at once may find others it did not reach (the next one leaves that key out)."""
+
+    wake_at: float | None = None
+    more: bool = False
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,11 @@ def job_record(row: Row, decode: Decoders) -> JobRecord:
         finished_at=decode.time_or_none(row["finished_at"]),
         last_error=row["last_error"],
         result=decode.json_or_none(row["result"]),
+        flow_key=row["flow_key"],
+        flow_max=row["flow_max"],
+        rate_key=row["rate_key"],
+        rate_per_second=row["rate_per_second"],
+        rate_burst=row["rate_burst"],
     )
 
 

@@ -46,6 +46,11 @@ class StagedJob:
             "tenant_id": request.tenant_id,
             "traceparent": request.traceparent,
             "enqueued_by": request.enqueued_by,
+            "flow_key": request.flow_key,
+            "flow_max": request.flow_max,
+            "rate_key": request.rate_key,
+            "rate_per_second": request.rate_per_second,
+            "rate_burst": request.rate_burst,
             "now": now,
         }
 

@@ -134,6 +134,7 @@ def check_request(request: EnqueueRequest) -> str:
     if not isinstance(request.payload, dict):
         raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
                           "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
+    _check_flow(request)
     limits = current_limits()
     for field in ("tenant_id", "idempotency_key"):
         value = getattr(request, field)
@@ -147,6 +148,30 @@ def check_request(request: EnqueueRequest) -> str:
         raise limit_error(f'payload of job "{request.name}"', "max_payload_bytes", limits.max_payload_bytes,
                           f"is {size:,} bytes of JSON")
     return text
+
+
+def _check_flow(request: EnqueueRequest) -> None:
+    """Flow-control fields come in pairs a claim can enforce: a key with its bound, both or neither."""
+    problem = None
+    for key, bound in (("flow_key", "flow_max"), ("rate_key", "rate_per_second")):
+        if (getattr(request, key) is None) != (getattr(request, bound) is None):
+            problem = f"{key}={getattr(request, key)!r} with {bound}={getattr(request, bound)!r}"
+        elif getattr(request, key) is not None and not is_storable_text(getattr(request, key)):
+            problem = f"{key}={getattr(request, key)!r} is not storable text"
+    for field, top in (("flow_max", INT32_MAX), ("rate_burst", INT32_MAX)):
+        value = getattr(request, field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top):
+            problem = f"{field}={value!r} is outside 1..{top}"
+    rate = request.rate_per_second
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not (math.isfinite(rate) and rate > 0)):
+        problem = f"rate_per_second={rate!r} is not a positive finite number"
+    if request.rate_key is not None and request.rate_burst is None:
+        problem = "rate_key without rate_burst"
+    if problem is not None:
+        raise ConfigError(f'job "{request.name}" flow control: {problem}',
+                          "declare flow control on the job (concurrency=limit(...), rate=rate_limit(...)) and let "
+                          "the enqueue fill these fields", code="X_FLOW_FIELDS")
 
 
 def storable(text: str) -> str:

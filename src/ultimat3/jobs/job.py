@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 import math
 import re
@@ -21,6 +23,7 @@ from ultimat3.drivers.limits import check_depth
 from ultimat3.drivers.protocol import DEFAULT_QUEUE, EnqueueRequest, EnqueueResult, JobDriver, JobRecord, OnConflict
 from ultimat3.jobs.duration import DurationInput, parse_duration
 from ultimat3.jobs.errors import JobInputError
+from ultimat3.jobs.flow import SINGLETON_KEY, FlowControl, FlowFields, Limit, RateLimit, SingletonMode
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
 from ultimat3.jobs.schedule import Schedule
 from ultimat3.tenancy.enqueue import check_enqueue
@@ -41,6 +44,8 @@ Handler = AsyncHandler | SyncHandler
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-/]{0,199}$")
+#: A ``singleton="replace"`` enqueue cancels the live run and tries again at most this often.
+_REPLACE_TRIES = 5
 
 
 class NoInput(BaseModel):
@@ -150,6 +155,8 @@ class JobHandle(Generic[InT]):
         self.on_dead: Callable[[JobDriver, JobRecord, str | None], None] | None = None
         #: The schedules that enqueue this job periodically (see :mod:`ultimat3.jobs.schedule`).
         self.schedules: tuple[Schedule, ...] = ()
+        #: Declared flow control (per-key concurrency, rate, singleton), ``None`` when there is none.
+        self.flow: FlowControl | None = None
 
     def __repr__(self) -> str:
         return f"<job {self.name!r} queue={self.queue!r}>"
@@ -254,6 +261,9 @@ class JobHandle(Generic[InT]):
                 "pass finite numbers (or None) in the input",
                 code="X_JOB_INPUT",
             )
+        flow = self.flow.fields(model) if self.flow is not None else FlowFields()
+        if self.flow is not None and self.flow.singleton in ("skip", "replace"):
+            key = SINGLETON_KEY
         # JSON-ready Python, not text: the driver serialises the payload once (check_request).
         payload = model.model_dump(mode="json")
         return EnqueueRequest(
@@ -268,6 +278,11 @@ class JobHandle(Generic[InT]):
             traceparent=ctx.traceparent,
             enqueued_by=actor.id,
             on_conflict=options.on_conflict,
+            flow_key=flow.flow_key,
+            flow_max=flow.flow_max,
+            rate_key=flow.rate_key,
+            rate_per_second=flow.rate_per_second,
+            rate_burst=flow.rate_burst,
         )
 
     def _driver(self, driver: JobDriver | None) -> JobDriver:
@@ -302,8 +317,10 @@ class JobHandle(Generic[InT]):
         options = EnqueueOptions(delay=delay, run_at=run_at, priority=priority, on_conflict=on_conflict)
         ctx = current_ctx()
         with enqueue_span(self.name, self.queue, 1, ctx.traceparent) as traceparent:
-            request = self.build_request(input, options, now=self._now(target), ctx=ctx)
-            return target.enqueue(_traced(request, traceparent), connection=connection)
+            request = _traced(self.build_request(input, options, now=self._now(target), ctx=ctx), traceparent)
+            if self._replacing(1, connection):
+                return self._replace(target, request)
+            return target.enqueue(request, connection=connection)
 
     async def aenqueue(
         self,
@@ -342,7 +359,10 @@ class JobHandle(Generic[InT]):
         with enqueue_span(self.name, self.queue, len(inputs), current_ctx().traceparent) as traceparent:
             requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
                                                              on_conflict=on_conflict), target)
-            return await target.aenqueue_many([_traced(r, traceparent) for r in requests], connection=connection)
+            traced = [_traced(r, traceparent) for r in requests]
+            if self._replacing(len(traced), connection):
+                return [await asyncio.to_thread(contextvars.copy_context().run, self._replace, target, traced[0])]
+            return await target.aenqueue_many(traced, connection=connection)
 
     def enqueue_many(
         self,
@@ -360,7 +380,35 @@ class JobHandle(Generic[InT]):
         with enqueue_span(self.name, self.queue, len(inputs), current_ctx().traceparent) as traceparent:
             requests = self._requests(inputs, EnqueueOptions(delay=delay, run_at=run_at, priority=priority,
                                                              on_conflict=on_conflict), target)
-            return target.enqueue_many([_traced(r, traceparent) for r in requests], connection=connection)
+            traced = [_traced(r, traceparent) for r in requests]
+            if self._replacing(len(traced), connection):
+                return [self._replace(target, traced[0])]
+            return target.enqueue_many(traced, connection=connection)
+
+    def _replacing(self, count: int, connection: Any) -> bool:
+        """Whether this enqueue replaces a live run (a ``singleton="replace"`` job), refusing what a
+        replacement cannot do: join a caller's transaction (the cancel of the live run commits on
+        its own) or take several inputs at once (each would replace the one before)."""
+        if self.flow is None or self.flow.singleton != "replace":
+            return False
+        check(connection is None, f'job "{self.name}" is singleton="replace" and was enqueued with connection=',
+              "enqueue it without connection= (replacing cancels the live run, which commits on its own), "
+              'or declare singleton="skip"', code="X_FLOW_SINGLETON")
+        check(count == 1, f'job "{self.name}" is singleton="replace" and was given {count} inputs at once',
+              "enqueue one input: each would replace the one before it", code="X_FLOW_SINGLETON")
+        return True
+
+    def _replace(self, target: JobDriver, request: EnqueueRequest) -> EnqueueResult:
+        """Enqueue ``request``, cancelling the live run that holds the singleton first. Another
+        enqueuer may slip a run in between the cancel and the insert: that one is replaced in turn."""
+        request = replace(request, on_conflict="return")
+        for _ in range(_REPLACE_TRIES):
+            result = target.enqueue(request)
+            if not result.deduped:
+                return result
+            target.cancel(result.id, reason=f'X_JOB_REPLACED: a newer enqueue of singleton job "{self.name}" '
+                                            "replaced this run")
+        return result
 
     def _requests(self, inputs: Sequence[InT | Mapping[str, Any] | None], options: EnqueueOptions,
                   target: JobDriver) -> list[EnqueueRequest]:
@@ -430,6 +478,9 @@ def job(
     idempotency_key: Callable[[NoInput], str] | None = None,
     priority: int = 0,
     schedule: Schedule | Sequence[Schedule] | None = None,
+    concurrency: Limit | None = None,
+    rate: RateLimit | None = None,
+    singleton: SingletonMode | Literal[False] | None = None,
 ) -> Callable[[Handler], JobHandle[NoInput]]: ...
 
 
@@ -445,6 +496,9 @@ def job(
     idempotency_key: Callable[[M], str] | None = None,
     priority: int = 0,
     schedule: Schedule | Sequence[Schedule] | None = None,
+    concurrency: Limit | None = None,
+    rate: RateLimit | None = None,
+    singleton: SingletonMode | Literal[False] | None = None,
 ) -> Callable[[Handler], JobHandle[M]]: ...
 
 
@@ -459,6 +513,9 @@ def job(
     idempotency_key: Callable[[Any], str] | None = None,
     priority: int = 0,
     schedule: Schedule | Sequence[Schedule] | None = None,
+    concurrency: Limit | None = None,
+    rate: RateLimit | None = None,
+    singleton: SingletonMode | Literal[False] | None = None,
 ) -> Callable[[Handler], JobHandle[Any]]:
     """Declare a job over an ``async def`` or plain ``def`` handler ``(input, ctx, step)``.
 
@@ -467,6 +524,9 @@ def job(
     is per attempt. ``idempotency_key(input) -> str`` dedupes live runs per (name, key).
     ``schedule``: one :func:`~ultimat3.jobs.schedule.cron` or :func:`~ultimat3.jobs.schedule.every`
     (or a list of them, each with a ``name=``) that workers fire once per tick.
+    ``concurrency=limit(max=2, key=lambda i: i.org_id)``, ``rate=rate_limit("14/s", burst=14)`` and
+    ``singleton=True`` (or ``"skip"``/``"replace"``) are flow control, enforced by every claim
+    across the fleet (see :mod:`ultimat3.jobs.flow`).
     """
     if not (isinstance(name, str) and _NAME.match(name) is not None):
         fail(
@@ -505,6 +565,13 @@ def job(
         code="X_RETRY_POLICY",
     )
     seconds = None if timeout is None else parse_duration(timeout, what=f'job "{name}" timeout')
+    flow = FlowControl.declare(name, concurrency, rate, singleton)
+    check(
+        idempotency_key is None or flow is None or flow.singleton not in ("skip", "replace"),
+        f'job "{name}" declares singleton={singleton!r} and an idempotency_key',
+        "keep one: a skip/replace singleton is deduplicated by its name alone",
+        code="X_FLOW_SINGLETON",
+    )
     check(
         seconds is None or seconds > 0,
         f'job "{name}" declares timeout={timeout!r}; a timeout is greater than zero',
@@ -533,6 +600,7 @@ def job(
             origin=_origin_of(handler),
         )
         handle.takes_step = takes_step
+        handle.flow = flow
         handle.schedules = _checked_schedules(handle, schedule)
         _registry.add(handle)
         return handle

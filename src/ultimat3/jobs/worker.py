@@ -172,6 +172,10 @@ class Worker:
         self._rand = rand
         self._registered = False
         self.poll_interval = poll_interval
+        # When the next rate-limit token a claim was refused comes (driver clock), and whether the
+        # worker's names declare flow control (cached per names tuple).
+        self._token_at: float | None = None
+        self._governed: tuple[tuple[str, ...], bool] | None = None
         self.grace_period = grace_period
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.environment = environment or default_environment()
@@ -222,9 +226,11 @@ class Worker:
         names = self.names
         if not names:
             return []
-        request = ClaimRequest(worker_id=self.worker_id, limit=limit,
-                               visibility_timeout=self.visibility_timeout, queues=self.queues, names=names)
+        request = ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
+                               queues=self.queues, names=names, flow=self._governs(names))
         claimed = await self._io(self.driver.claim, request)
+        # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
+        self._token_at = getattr(claimed, "wake_at", None)
         if claimed:
             self._emit(WorkerEvent("claimed", self.worker_id, count=len(claimed)))
         return claimed
@@ -371,11 +377,22 @@ class Worker:
             return "in-process"
         return f"polling every {self.poll_interval:g}s (no NOTIFY on {self.driver.name})"
 
+    def _governs(self, names: tuple[str, ...]) -> bool:
+        """Whether any job this worker runs declares flow control (its claims then take such jobs)."""
+        cached = self._governed
+        if cached is None or cached[0] != names:
+            handles = (get_job(name) for name in names)
+            cached = self._governed = (names, any(h is not None and h.flow is not None for h in handles))
+        return cached[1]
+
     def _poll_timeout(self) -> float:
         # A driver that should be woken by NOTIFY but is not: poll at the floor until it is again.
+        timeout = self.poll_interval
         if self.driver.supports_listen_notify and self.wakeups().startswith("polling"):
-            return min(self.poll_interval, POLL_FLOOR)
-        return self.poll_interval
+            timeout = min(self.poll_interval, POLL_FLOOR)
+        if self._token_at is not None:
+            timeout = max(0.0, min(timeout, self._token_at - self.driver.clock.now()))
+        return timeout
 
     async def _register(self) -> None:
         try:
@@ -555,7 +572,7 @@ class Worker:
                     _throttled.recovered("claim", "claiming works again")
                     for job in claimed:
                         self._start(job)
-                if free > 0 and len(claimed) == free:
+                if free > 0 and (len(claimed) == free or getattr(claimed, "more", False)):
                     continue  # more may be waiting: claim again at once
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=self._poll_timeout())

@@ -16,6 +16,7 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.flow import WHOLE_TOKEN, Admission, Candidate, admit, scan_size
 from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, close_ledger, memory_bulk
 from ultimat3.drivers.memory.schedules import MemoryScheduleStore
 from ultimat3.drivers.memory.state import (
@@ -40,6 +41,7 @@ from ultimat3.drivers.protocol import (
     BackfillLedger,
     BulkBatch,
     BulkRequest,
+    ClaimBatch,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -170,6 +172,11 @@ class MemoryDriver:
                     tenant_id=request.tenant_id,
                     traceparent=request.traceparent,
                     enqueued_by=request.enqueued_by,
+                    flow_key=request.flow_key,
+                    flow_max=request.flow_max,
+                    rate_key=request.rate_key,
+                    rate_per_second=request.rate_per_second,
+                    rate_burst=request.rate_burst,
                 )
                 staged.append(job)
                 if key is not None:
@@ -212,8 +219,22 @@ class MemoryDriver:
                 and job.queue not in paused
             ]
             runnable.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-            claimed: list[ClaimedJob] = []
-            for job in runnable[: request.limit]:
+            # Flow-controlled waiting rows are claimed first (within their limits) and only by a
+            # claim that asks for them; a lapsed one is taken over like any other, in its slot.
+            governed = [job for job in runnable if job.state != "running" and (
+                job.flow_key is not None or job.rate_key is not None)]
+            plain = [job for job in runnable if job.state == "running" or (
+                job.flow_key is None and job.rate_key is None)]
+            batch = ClaimBatch()
+            chosen: list[_Job] = []
+            if request.flow:
+                decided = self._admit(governed, now, request.limit)
+                batch.wake_at, batch.more = decided.wake_at, decided.refused
+                picked = set(decided.ids)
+                chosen = [job for job in governed if job.id in picked]
+            chosen += plain[: request.limit - len(chosen)]
+            claimed = batch
+            for job in chosen:
                 self._store.set_state(job, "running")
                 job.attempt += 1
                 job.claimed_by = request.worker_id
@@ -222,7 +243,32 @@ class MemoryDriver:
                 job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
                 job.updated_at = now
                 claimed.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
+            claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
             return claimed
+
+    def _admit(self, governed: list[_Job], now: float, limit: int) -> Admission:
+        """Flow admission over the memory rows (the caller holds the lock, as SQL drivers hold theirs)."""
+        running: dict[str, int] = {}
+        for job in self._store.jobs.values():
+            if job.state == "running" and job.flow_key is not None:
+                running[job.flow_key] = running.get(job.flow_key, 0) + 1
+        rates = self._store.rates
+        empty = [b for b in rates.values() if b.level(now) < WHOLE_TOKEN]
+
+        def open_to(job: _Job) -> bool:
+            full = job.flow_key is not None and running.get(job.flow_key, 0) >= (job.flow_max or 1)
+            bucket = None if job.rate_key is None else rates.get(job.rate_key)
+            return not full and (bucket is None or bucket.level(now) >= WHOLE_TOKEN)
+
+        candidates = [Candidate(j.id, j.flow_key, j.flow_max, j.rate_key, j.rate_per_second, j.rate_burst)
+                      for j in governed if open_to(j)][: scan_size(limit)]
+        decided = admit(candidates, running, rates, now, limit)
+        for bucket in decided.buckets:
+            rates[bucket.key] = bucket
+        hints = [b.at + (1.0 - b.tokens) / b.per_second for b in empty]
+        if decided.wake_at is not None:
+            hints.append(decided.wake_at)
+        return Admission(decided.ids, decided.buckets, min(hints) if hints else None, decided.refused)
 
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ultimat3.core.clock import Clock, to_datetime
+from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.protocol import (
     LIVE_STATES,
     BackfillKind,
@@ -28,7 +29,7 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 #: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
 LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations", "x:0004_schedules",
-                      "x:0005_claim_any_index", "x:0006_backfill_control")
+                      "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -65,6 +66,11 @@ class _Job:
     finished_at: float | None = None
     last_error: str | None = None
     result: Any = None
+    flow_key: str | None = None
+    flow_max: int | None = None
+    rate_key: str | None = None
+    rate_per_second: float | None = None
+    rate_burst: int | None = None
 
     def record(self) -> JobRecord:
         """The row as the protocol reports it (JSON values copied, times as UTC datetimes)."""
@@ -90,6 +96,11 @@ class _Job:
             finished_at=None if self.finished_at is None else to_datetime(self.finished_at),
             last_error=self.last_error,
             result=_json_copy(self.result),
+            flow_key=self.flow_key,
+            flow_max=self.flow_max,
+            rate_key=self.rate_key,
+            rate_per_second=self.rate_per_second,
+            rate_burst=self.rate_burst,
         )
 
     def held_by(self, claim_token: str) -> bool:
@@ -196,6 +207,8 @@ class _Store:
         # x_backfill_failures: (name, key) -> (reason, run_id, batch, failed_at).
         self.failures: dict[tuple[str, str], tuple[str, str, int, float]] = {}
         self.leases: dict[tuple[str, int], _Lease] = {}
+        # x_rates: rate key -> token bucket.
+        self.rates: dict[str, Bucket] = {}
         self.workers: dict[str, _Worker] = {}
         # x_queues: queue -> (paused, changed_at, changed_by); x_audit: id -> entry fields.
         self.queues: dict[str, tuple[bool, float, str]] = {}

@@ -41,7 +41,9 @@ def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict
         "payloads": column("payload"), "states": column("state"), "priorities": column("priority"),
         "max_attempts": column("max_attempts"), "run_ats": column("run_at"), "keys": column("idempotency_key"),
         "tenant_ids": column("tenant_id"), "traceparents": column("traceparent"),
-        "enqueued_bys": column("enqueued_by"), "now": staged[indexes[0]].params["now"], "channel": channel,
+        "enqueued_bys": column("enqueued_by"), "flow_keys": column("flow_key"), "flow_maxes": column("flow_max"),
+        "rate_keys": column("rate_key"), "rate_per_seconds": column("rate_per_second"),
+        "rate_bursts": column("rate_burst"), "now": staged[indexes[0]].params["now"], "channel": channel,
     }
 
 

@@ -48,6 +48,7 @@ from ultimat3.drivers.postgres.database import (
     _Database,
     conninfo_from_url,
 )
+from ultimat3.drivers.postgres.flow import claim_flow
 from ultimat3.drivers.postgres.listener import Listener
 from ultimat3.drivers.postgres.operations import PostgresAuditLog, PostgresQueueControl, postgres_bulk
 from ultimat3.drivers.postgres.rows import (
@@ -77,6 +78,7 @@ from ultimat3.drivers.protocol import (
     Ack,
     BulkBatch,
     BulkRequest,
+    ClaimBatch,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -461,16 +463,20 @@ class PostgresDriver:
             # One queue: equality, not ANY, so the planner walks x_jobs_claim_idx in claim order.
             waiting.update({"queue": queues[0]} if len(queues) == 1 else {"queues": queues})
         passed = plan.passed
+        wake: list[float | None] = [None]
+        more = [False]
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
             cur = _rows(conn)
-            if not plan.look_for_lapsed and not passed:
+            if not plan.look_for_lapsed and not passed and not request.flow:
                 return [], cur.execute(_Q[plan.query], {**waiting, "limit": request.limit}).fetchall()
             with conn.transaction():
                 early: list[Row] = []
-                if plan.look_for_lapsed:
+                if request.flow:
+                    early, wake[0], more[0] = claim_flow(conn, base, queues, request.limit, now)
+                if plan.look_for_lapsed and len(early) < request.limit:
                     early += cur.execute(_Q["claim_lapsed"], {**base, "queues": queues, "floor": plan.lapsed_floor,
-                                                              "limit": request.limit}).fetchall()
+                                                              "limit": request.limit - len(early)}).fetchall()
                 if passed and len(early) < request.limit:
                     early += cur.execute(_Q["claim_passed"], {**base, "passed": passed,
                                                               "limit": request.limit - len(early)},
@@ -492,7 +498,9 @@ class PostgresDriver:
         if early:
             self._cursors.taken(plan, [row["id"] for row in early])
         rows = sorted([*early, *fresh], key=_claim_order)
-        return [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
+        batch = ClaimBatch(ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows)
+        batch.wake_at, batch.more = wake[0], more[0]
+        return batch
 
     @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:

@@ -53,10 +53,11 @@ chr(30) || 'J' || chr(30) || priority || chr(30) || floor(extract(epoch FROM run
 -- snapshot) between the two halves: the caller simply runs it again.
 WITH ins AS (
     INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
-                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at)
+                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at,
+                        flow_key, flow_max, rate_key, rate_per_second, rate_burst)
     VALUES (%(id)s, %(run_id)s, %(name)s, %(queue)s, %(payload)s, %(state)s, %(priority)s, 0,
             %(max_attempts)s, %(run_at)s, %(idempotency_key)s, %(tenant_id)s, %(traceparent)s, %(enqueued_by)s,
-            %(now)s, %(now)s)
+            %(now)s, %(now)s, %(flow_key)s, %(flow_max)s, %(rate_key)s, %(rate_per_second)s, %(rate_burst)s)
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
         DO NOTHING
@@ -77,15 +78,19 @@ WHERE NOT EXISTS (SELECT 1 FROM ins)
 -- Requests the conflict clause skipped are resolved by `live_by_keys` in the same transaction.
 WITH ins AS (
     INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
-                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at)
+                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at,
+                        flow_key, flow_max, rate_key, rate_per_second, rate_burst)
     SELECT t.id, t.run_id, t.name, t.queue, t.payload, t.state, t.priority, 0, t.max_attempts, t.run_at,
-           t.idempotency_key, t.tenant_id, t.traceparent, t.enqueued_by, %(now)s, %(now)s
+           t.idempotency_key, t.tenant_id, t.traceparent, t.enqueued_by, %(now)s, %(now)s,
+           t.flow_key, t.flow_max, t.rate_key, t.rate_per_second, t.rate_burst
     FROM unnest(%(ids)s::text[], %(run_ids)s::text[], %(names)s::text[], %(queues)s::text[],
                 %(payloads)s::jsonb[], %(states)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
                 %(run_ats)s::timestamptz[], %(keys)s::text[], %(tenant_ids)s::text[],
-                %(traceparents)s::text[], %(enqueued_bys)s::text[])
+                %(traceparents)s::text[], %(enqueued_bys)s::text[], %(flow_keys)s::text[], %(flow_maxes)s::int[],
+                %(rate_keys)s::text[], %(rate_per_seconds)s::float8[], %(rate_bursts)s::int[])
          WITH ORDINALITY AS t(id, run_id, name, queue, payload, state, priority, max_attempts, run_at,
-                              idempotency_key, tenant_id, traceparent, enqueued_by, ord)
+                              idempotency_key, tenant_id, traceparent, enqueued_by, flow_key, flow_max,
+                              rate_key, rate_per_second, rate_burst, ord)
     ORDER BY t.ord
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')
@@ -145,6 +150,7 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
       AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+      AND flow_key IS NULL AND rate_key IS NULL
 
 -- name: _claim
 UPDATE x_jobs AS j
@@ -268,7 +274,7 @@ WITH picked AS (
 -- are some, planned afresh each time: a plan cached while the table was small would scan it).
 WITH picked AS (
     SELECT id FROM (
-        SELECT id, queue, name, run_at, state FROM x_jobs
+        SELECT id, queue, name, run_at, state, flow_key, rate_key FROM x_jobs
         WHERE id = ANY(%(passed)s::text[])
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -276,6 +282,7 @@ WITH picked AS (
     WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
       AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+      AND flow_key IS NULL AND rate_key IS NULL
 ), head AS (
     SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
 )
@@ -309,6 +316,81 @@ WITH picked AS (
     SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
 )
 {{_claim}}
+
+-- ----------------------------------------------------------------------------------------------
+-- Flow control (see ultimat3.drivers.flow). The claims above leave every row under flow control
+-- alone (`flow_key IS NULL AND rate_key IS NULL` in _claimable); a claim that may take them runs
+-- these in its transaction first: candidates (locked, SKIP LOCKED), the keys' advisory locks and
+-- bucket rows (in key order, so two claimers cannot deadlock), a fresh count of running rows per
+-- key (a new statement: its snapshot sees every claim that held a key's lock before), then the
+-- claim of the admitted ids and the buckets stored back.
+-- ----------------------------------------------------------------------------------------------
+
+-- name: flow_candidates
+-- Due rows under flow control in claim order, except under a key whose slots are all running or
+-- whose bucket has no whole token now: those are claimable by nothing and stand in no one's way.
+SELECT id, flow_key, flow_max, rate_key, rate_per_second, rate_burst FROM x_jobs
+WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
+  AND (flow_key IS NOT NULL OR rate_key IS NOT NULL)
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+  AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
+  AND (flow_key IS NULL OR flow_key NOT IN (
+        SELECT r.flow_key FROM x_jobs AS r WHERE r.state = 'running' AND r.flow_key IS NOT NULL
+        GROUP BY r.flow_key HAVING count(*) >= min(r.flow_max)))
+  AND (rate_key IS NULL OR rate_key NOT IN (
+        SELECT key FROM x_rates
+        WHERE least(burst, tokens + greatest(0, extract(epoch FROM %(now)s - at)) * per_second) < 0.999999))
+ORDER BY priority DESC, run_at, id
+LIMIT %(scan)s
+FOR UPDATE SKIP LOCKED
+
+-- name: flow_lock
+SELECT count(pg_advisory_xact_lock(hashtextextended('ultimat3:flow:' || k.key, 0)))
+FROM (SELECT key FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS u(key, ord) ORDER BY ord) AS k
+
+-- name: flow_running
+SELECT flow_key, count(*) AS n FROM x_jobs
+WHERE state = 'running' AND flow_key = ANY(%(keys)s::text[])
+GROUP BY flow_key
+
+-- name: flow_bucket_init
+-- A key's first bucket, full: made before the buckets are locked, so two claimers meeting a new key
+-- both find (and lock) the one row instead of each filling a bucket of its own.
+INSERT INTO x_rates (key, tokens, at, per_second, burst)
+SELECT k.key, k.burst, %(now)s, k.per_second, k.burst
+FROM unnest(%(keys)s::text[], %(per_seconds)s::float8[], %(bursts)s::int[]) WITH ORDINALITY AS k(key, per_second, burst, ord)
+ORDER BY k.ord
+ON CONFLICT (key) DO NOTHING
+
+-- name: flow_buckets
+SELECT key, tokens, extract(epoch FROM at)::float8 AS at, per_second, burst FROM x_rates
+WHERE key = ANY(%(keys)s::text[])
+ORDER BY key
+FOR UPDATE
+
+-- name: flow_next_token
+-- When the first empty bucket gets a whole token back: the claimer's wake-up hint.
+SELECT min(extract(epoch FROM at)::float8 + (1.0 - tokens) / per_second) AS wake_at FROM x_rates
+WHERE least(burst, tokens + greatest(0, extract(epoch FROM %(now)s - at)) * per_second) < 0.999999
+
+-- name: flow_claim
+UPDATE x_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    claimed_by = %(worker)s,
+    claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
+    visible_at = %(visible_at)s,
+    updated_at = %(now)s
+WHERE j.id = ANY(%(ids)s::text[]) AND j.state IN ('ready', 'delayed', 'suspended')
+RETURNING j.*
+
+-- name: flow_bucket_store
+INSERT INTO x_rates (key, tokens, at, per_second, burst)
+SELECT * FROM unnest(%(keys)s::text[], %(tokens)s::float8[], %(ats)s::timestamptz[], %(per_seconds)s::float8[],
+                     %(bursts)s::int[])
+ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at, per_second = excluded.per_second,
+                                burst = excluded.burst
 
 -- ----------------------------------------------------------------------------------------------
 -- Settlement: every write a worker makes is FENCED on (running, its claim token) in the WHERE

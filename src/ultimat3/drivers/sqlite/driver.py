@@ -21,12 +21,14 @@ from typing import Any, TypeVar
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.flow import Bucket, Candidate, admit, scan_size
 from ultimat3.drivers.protocol import (
     Ack,
     AuditLog,
     BackfillLedger,
     BulkBatch,
     BulkRequest,
+    ClaimBatch,
     ClaimedJob,
     ClaimRequest,
     EnqueueRequest,
@@ -532,15 +534,51 @@ class SqliteDriver:
             "names": None if request.names is None else json.dumps(list(request.names)),
         }
 
+        wake: list[float | None] = [None]
+        more = [False]
+
         def run(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
             params["now"] = now
             params["visible_at"] = now + request.visibility_timeout
-            return conn.execute(QUERIES[query], params).fetchall()
+            governed: list[sqlite3.Row] = []
+            if request.flow:
+                governed, wake[0], more[0] = self._claim_flow(conn, params, request.limit, now)
+            left = request.limit - len(governed)
+            return governed + (conn.execute(QUERIES[query], {**params, "limit": left}).fetchall() if left else [])
 
         rows = self._write(run)
         # RETURNING yields rows in no promised order.
         rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
-        return [ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows]
+        batch = ClaimBatch(ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows)
+        batch.wake_at, batch.more = wake[0], more[0]
+        return batch
+
+    def _claim_flow(self, conn: sqlite3.Connection, params: dict[str, Any], limit: int,
+                    now: float) -> tuple[list[sqlite3.Row], float | None, bool]:
+        """The flow-controlled half of a claim (see :mod:`ultimat3.drivers.flow`), under the write
+        lock the claim already holds: nothing can take a slot between the count and the claim."""
+        found = conn.execute(QUERIES["flow_candidates"], {**params, "scan": scan_size(limit)}).fetchall()
+        row = conn.execute(QUERIES["flow_next_token"], {"now": now}).fetchone()
+        wake_at = None if row is None or row["wake_at"] is None else float(row["wake_at"])
+        if not found:
+            return [], wake_at, False
+        candidates = [Candidate(r["id"], r["flow_key"], r["flow_max"], r["rate_key"], r["rate_per_second"],
+                                r["rate_burst"]) for r in found]
+        flow_keys = json.dumps(sorted({c.flow_key for c in candidates if c.flow_key is not None}))
+        rate_keys = json.dumps(sorted({c.rate_key for c in candidates if c.rate_key is not None}))
+        running = {r["flow_key"]: r["n"] for r in conn.execute(QUERIES["flow_running"], {"keys": flow_keys})}
+        buckets = {r["key"]: Bucket(r["key"], r["tokens"], r["at"], r["per_second"], r["burst"])
+                   for r in conn.execute(QUERIES["flow_buckets"], {"keys": rate_keys})}
+        decided = admit(candidates, running, buckets, now, limit)
+        if decided.wake_at is not None:
+            wake_at = decided.wake_at if wake_at is None else min(wake_at, decided.wake_at)
+        conn.executemany(QUERIES["flow_bucket_store"], [
+            {"key": b.key, "tokens": b.tokens, "at": b.at, "per_second": b.per_second, "burst": b.burst}
+            for b in decided.buckets])
+        if not decided.ids:
+            return [], wake_at, decided.refused
+        claimed = conn.execute(QUERIES["flow_claim"], {**params, "ids": json.dumps(decided.ids)}).fetchall()
+        return claimed, wake_at, decided.refused
 
     @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:

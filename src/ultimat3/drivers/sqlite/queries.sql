@@ -29,10 +29,12 @@ SELECT file FROM pragma_database_list WHERE name = 'main';
 -- duplicate makes this insert nothing (rowcount 0) and the caller looks the live row up.
 INSERT INTO x_jobs (
     id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
-    idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at
+    idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at,
+    flow_key, flow_max, rate_key, rate_per_second, rate_burst
 ) VALUES (
     :id, :run_id, :name, :queue, :payload, :state, :priority, 0, :max_attempts, :run_at,
-    :idempotency_key, :tenant_id, :traceparent, :enqueued_by, :now, :now
+    :idempotency_key, :tenant_id, :traceparent, :enqueued_by, :now, :now,
+    :flow_key, :flow_max, :rate_key, :rate_per_second, :rate_burst
 )
 ON CONFLICT DO NOTHING;
 
@@ -62,6 +64,7 @@ WHERE id IN (
         WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
           AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+          AND flow_key IS NULL AND rate_key IS NULL
         UNION ALL
         SELECT id, priority, run_at FROM x_jobs
         WHERE state = 'running' AND visible_at <= :now
@@ -72,6 +75,55 @@ WHERE id IN (
     )
 )
 RETURNING *;
+
+-- Flow control (see ultimat3.drivers.flow). The plain claims above leave every row under flow
+-- control alone; a claim that may take them reads candidates here first, decides in Python under
+-- the same write lock (so no other claimer can take a slot in between), then claims by id.
+-- name: flow_candidates
+-- Due rows under flow control in claim order, except under a key whose slots are all running or
+-- whose bucket has no whole token now: those are claimable by nothing and stand in no one's way.
+SELECT id, flow_key, flow_max, rate_key, rate_per_second, rate_burst FROM x_jobs
+WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
+  AND (flow_key IS NOT NULL OR rate_key IS NOT NULL)
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+  AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+  AND (flow_key IS NULL OR flow_key NOT IN (
+        SELECT r.flow_key FROM x_jobs AS r WHERE r.state = 'running' AND r.flow_key IS NOT NULL
+        GROUP BY r.flow_key HAVING count(*) >= min(r.flow_max)))
+  AND (rate_key IS NULL OR rate_key NOT IN (
+        SELECT key FROM x_rates WHERE min(burst, tokens + max(0, :now - at) * per_second) < 0.999999))
+ORDER BY priority DESC, run_at, id
+LIMIT :scan;
+
+-- name: flow_running
+SELECT flow_key, count(*) AS n FROM x_jobs
+WHERE state = 'running' AND flow_key IN (SELECT value FROM json_each(:keys))
+GROUP BY flow_key;
+
+-- name: flow_buckets
+SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key IN (SELECT value FROM json_each(:keys));
+
+-- name: flow_next_token
+-- When the first empty bucket gets a whole token back: the claimer's wake-up hint.
+SELECT min(at + (1.0 - tokens) / per_second) AS wake_at FROM x_rates
+WHERE min(burst, tokens + max(0, :now - at) * per_second) < 0.999999;
+
+-- name: flow_claim
+UPDATE x_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    claimed_by = :worker_id,
+    visible_at = :visible_at,
+    claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'suspended')
+RETURNING *;
+
+-- name: flow_bucket_store
+INSERT INTO x_rates (key, tokens, at, per_second, burst) VALUES (:key, :tokens, :at, :per_second, :burst)
+ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at, per_second = excluded.per_second,
+                                burst = excluded.burst;
 
 -- name: claim_queues
 -- As `claim`, restricted to the queues in the JSON array :queues. SQLite reads each queue's
@@ -91,6 +143,7 @@ WHERE id IN (
           AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
           AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+          AND flow_key IS NULL AND rate_key IS NULL
         UNION ALL
         SELECT id, priority, run_at FROM x_jobs
         WHERE state = 'running' AND visible_at <= :now

@@ -19,6 +19,12 @@ CREATE INDEX x_jobs_created_idx ON x_jobs (created_at DESC, id DESC);
 -- index x_jobs_finished_idx
 CREATE INDEX x_jobs_finished_idx ON x_jobs (finished_at) WHERE state IN ('done', 'dead', 'cancelled');
 
+-- index x_jobs_flow_claim_idx
+CREATE INDEX x_jobs_flow_claim_idx ON x_jobs (priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended') AND (flow_key IS NOT NULL OR rate_key IS NOT NULL);
+
+-- index x_jobs_flow_running_idx
+CREATE INDEX x_jobs_flow_running_idx ON x_jobs (flow_key) WHERE state = 'running' AND flow_key IS NOT NULL;
+
 -- index x_jobs_name_idempotency_live_idx
 CREATE UNIQUE INDEX x_jobs_name_idempotency_live_idx ON x_jobs (name, idempotency_key) WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended');
 
@@ -41,7 +47,7 @@ CREATE TABLE "x_backfills" ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checks
 CREATE TABLE x_job_steps ( run_id TEXT NOT NULL, name TEXT NOT NULL, result TEXT, created_at REAL NOT NULL, PRIMARY KEY (run_id, name) );
 
 -- table x_jobs
-CREATE TABLE x_jobs ( id TEXT PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL DEFAULT 'default', payload TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL CHECK (state IN ('ready', 'delayed', 'running', 'suspended', 'done', 'dead', 'cancelled')), priority INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0), max_attempts INTEGER NOT NULL DEFAULT 5, run_at REAL NOT NULL, visible_at REAL, claimed_by TEXT, claim_token TEXT, idempotency_key TEXT, tenant_id TEXT, traceparent TEXT, enqueued_by TEXT, last_error TEXT, result TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL );
+CREATE TABLE x_jobs ( id TEXT PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL DEFAULT 'default', payload TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL CHECK (state IN ('ready', 'delayed', 'running', 'suspended', 'done', 'dead', 'cancelled')), priority INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0), max_attempts INTEGER NOT NULL DEFAULT 5, run_at REAL NOT NULL, visible_at REAL, claimed_by TEXT, claim_token TEXT, idempotency_key TEXT, tenant_id TEXT, traceparent TEXT, enqueued_by TEXT, last_error TEXT, result TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL , flow_key TEXT, flow_max INTEGER CHECK (flow_max >= 1), rate_key TEXT, rate_per_second REAL CHECK (rate_per_second > 0), rate_burst INTEGER CHECK (rate_burst >= 1));
 
 -- table x_leases
 CREATE TABLE x_leases ( key TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (key, slot) );
@@ -51,6 +57,9 @@ CREATE TABLE x_migrations ( id TEXT PRIMARY KEY, applied_at REAL NOT NULL, -- "O
 
 -- table x_queues
 CREATE TABLE x_queues ( queue TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), changed_at REAL NOT NULL, changed_by TEXT NOT NULL );
+
+-- table x_rates
+CREATE TABLE x_rates ( key TEXT PRIMARY KEY, tokens REAL NOT NULL, at REAL NOT NULL, per_second REAL NOT NULL CHECK (per_second > 0), burst INTEGER NOT NULL CHECK (burst >= 1) ) WITHOUT ROWID;
 
 -- table x_schedules
 CREATE TABLE x_schedules ( key TEXT PRIMARY KEY, last_tick REAL NOT NULL, last_job_id TEXT, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), changed_at REAL, changed_by TEXT, updated_at REAL NOT NULL );

@@ -15,10 +15,10 @@ A third-party driver proves itself with one test module::
         yield built
         built.close()
 
-Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fencing``, ``settle``, ``cancel_retry``, ``introspect``,
-``steps``, ``backfill_ledger``, ``leases``, ``migrations``, ``operator``, ``prune``, ``queues``,
-``schedules``, ``starvation``, ``subscribe``, ``transactions``, ``workers``): a module
-per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
+Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fencing``, ``flow``, ``settle``,
+``cancel_retry``, ``introspect``, ``steps``, ``backfill_ledger``, ``leases``, ``migrations``,
+``operator``, ``prune``, ``queues``, ``schedules``, ``starvation``, ``subscribe``, ``transactions``,
+``workers``): a module per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ CONCERNS = (
     "claim",
     "enqueue",
     "fencing",
+    "flow",
     "introspect",
     "leases",
     "migrations",
