@@ -25,6 +25,7 @@ from ultimat3.jobs.errors import (
     JobInputError,
     StepDuplicateError,
 )
+from ultimat3.jobs.flow import Limit, RateLimit, limit, rate_limit
 from ultimat3.jobs.job import NO_TENANT, JobHandle, NoInput, get_job, isolated_registry, job, registered_jobs
 from ultimat3.jobs.retry import DEFAULT_RETRY, RetryPolicy
 from ultimat3.jobs.runtime import get_driver, set_driver, set_driver_factory
@@ -54,9 +55,11 @@ __all__ = [
     "JobInputError",
     "JobRecord",
     "JobState",
+    "Limit",
     "NackRequest",
     "NoInput",
     "QueueStats",
+    "RateLimit",
     "RetryPolicy",
     "StepDuplicateError",
     "SyncStep",
@@ -68,6 +71,8 @@ __all__ = [
     "get_job",
     "isolated_registry",
     "job",
+    "limit",
+    "rate_limit",
     "registered_jobs",
     "set_driver",
     "set_driver_factory",
