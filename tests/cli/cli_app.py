@@ -10,7 +10,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, func, select, u
 from ultimat3.backfill import Batch, backfill, engine_for_url
 from ultimat3.core import Ctx
 from ultimat3.drivers import database_url
-from ultimat3.jobs import RetryPolicy, SyncStep, job
+from ultimat3.jobs import RetryPolicy, SyncStep, job, limit, rate_limit
 from ultimat3.jobs.schedule import cron, every
 from ultimat3.tenancy import tenanted
 
@@ -42,6 +42,16 @@ class Ping(BaseModel):
 def ping(input: Ping, ctx: Ctx, step: SyncStep) -> int:
     """Echo ``n`` after recording it as a step."""
     return step.run("echo", lambda: input.n)
+
+
+@job(name="cli.sync", tenant=lambda i: i.org_id, input=Ping, concurrency=limit(max=1, key=lambda i: i.org_id))
+def sync(input: Ping, ctx: Ctx) -> int:
+    return input.n
+
+
+@job(name="cli.mail", tenant=lambda i: i.org_id, input=Ping, rate=rate_limit("1/h"))
+def mail(input: Ping, ctx: Ctx) -> int:
+    return input.n
 
 
 class Digest(BaseModel):

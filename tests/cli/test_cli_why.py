@@ -86,3 +86,26 @@ def test_an_unknown_id_is_one_coded_line(x: X) -> None:
     result = x("jobs", "why", "no-such-job")
     assert result.exit_code == 2 and "X_JOB_NOT_FOUND" in result.stderr and "hint:" in result.stderr
     assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_a_full_concurrency_key_names_the_holders(x: X, driver: JobDriver) -> None:
+    held = cli_app.sync.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    waiting = cli_app.sync.enqueue({"org_id": "o1", "n": 2}, driver=driver)
+    other_org = cli_app.sync.enqueue({"org_id": "o2", "n": 3}, driver=driver)
+    claimed = driver.claim(ClaimRequest(worker_id="w-held", limit=1, names=("cli.sync",), flow=True))
+    assert [c.job.id for c in claimed] == [held.id]
+    explained = why(x, waiting.id)
+    assert codes(explained) == ["concurrency-limit", "no-worker"]
+    text = explained["reasons"][0]["text"]
+    assert "'cli.sync|o1' allows 1 at once" in text and held.id in text and "w-held" in text
+    assert codes(why(x, other_org.id)) == ["no-worker"]
+
+
+def test_an_empty_bucket_says_when_the_next_token_comes(x: X, driver: JobDriver) -> None:
+    cli_app.mail.enqueue({"org_id": "o1", "n": 1}, driver=driver)
+    waiting = cli_app.mail.enqueue({"org_id": "o1", "n": 2}, driver=driver)
+    assert len(driver.claim(ClaimRequest(worker_id="w", limit=5, names=("cli.mail",), flow=True))) == 1
+    explained = why(x, waiting.id)
+    assert codes(explained) == ["rate-limit", "no-worker"]
+    assert "'cli.mail' allows 1 starts/h (burst 1)" in explained["reasons"][0]["text"]
+    assert "in 60 min" in explained["reasons"][0]["text"]

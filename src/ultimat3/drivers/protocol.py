@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ultimat3.core.clock import Clock
+from ultimat3.drivers.flow import Bucket
 
 JobState = Literal["ready", "delayed", "running", "suspended", "done", "dead", "cancelled"]
 JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "running", "suspended", "done", "dead", "cancelled")
@@ -528,6 +529,14 @@ class JobIntrospection(Protocol):
     def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
         """Jobs matching ``filter`` that carry a ``last_error``, grouped by its first line, largest
         group first; at most ``filter.limit`` groups."""
+        ...
+
+    def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
+        """The ``running`` jobs under concurrency key ``flow_key`` (the slots in use), oldest claim first."""
+        ...
+
+    def rate_bucket(self, rate_key: str) -> Bucket | None:
+        """The token bucket of ``rate_key`` as stored (``None`` before its first start)."""
         ...
 
 

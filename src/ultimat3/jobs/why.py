@@ -2,9 +2,10 @@
 
 Every answer is a fact read from the database, never a guess: the job's own ``run_at`` (enqueued
 for later, a retry's backoff, a ``step.sleep``, a paused backfill pass), its queue paused (by whom,
-since when), no live worker serving its queue, and how many due jobs its queue holds. A job that
-is due, in an active queue a live worker serves, says exactly that: the next claim takes it in
-priority order, within the claim starvation bound.
+since when), its concurrency key's slots all held (by which jobs on which workers), its rate
+key's bucket empty (and when the next token comes), no live worker serving its queue, and how
+many due jobs its queue holds. A job that is due, in an active queue a live worker serves, says
+exactly that: the next claim takes it in priority order, within the claim starvation bound.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any, Literal
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import XError
+from ultimat3.drivers.flow import WHOLE_TOKEN
 from ultimat3.drivers.protocol import CLAIM_STARVATION_BOUND, FINAL_STATES, JobDriver, JobRecord
 
 __all__ = ["WaitExplanation", "WaitReason", "why_waiting"]
 
 WaitCode = Literal["finished", "running", "not-due", "backoff", "sleeping", "backfill-paused", "queue-paused",
-                   "no-worker", "due"]
+                   "concurrency-limit", "rate-limit", "no-worker", "due"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ def _seconds(value: float) -> str:
     if value < 7200:
         return f"{value / 60:.0f} min"
     return f"{value / 3600:.1f} h"
+
+
+def _rate(per_second: float) -> str:
+    for unit, span in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        if per_second * span >= 1:
+            return f"{per_second * span:.3g} starts/{unit}"
+    return f"{per_second * 86400:.3g} starts/day"
 
 
 def why_waiting(driver: JobDriver, job_id: str) -> WaitExplanation:
@@ -86,6 +95,7 @@ def why_waiting(driver: JobDriver, job_id: str) -> WaitExplanation:
         since = "" if queue.changed_at is None else f" since {queue.changed_at.isoformat(timespec='seconds')}"
         reasons.append(WaitReason("queue-paused", f"its queue {job.queue!r} is paused by {queue.changed_by}{since}: "
                                                   f"`x queues resume {job.queue}` lets workers take it"))
+    reasons += _flow_reasons(driver, job, now)
     serving = [w for w in driver.workers.list() if w.alive and (w.queues is None or job.queue in w.queues)]
     if not serving:
         reasons.append(WaitReason("no-worker", f"no live worker serves queue {job.queue!r} "
@@ -99,3 +109,25 @@ def why_waiting(driver: JobDriver, job_id: str) -> WaitExplanation:
                    f"{slots} slots busy); {due} due job(s) wait in {job.queue!r}, taken by priority then "
                    f"run_at, each within {CLAIM_STARVATION_BOUND:g} s of a free slot"))
     return WaitExplanation(job, True, reasons)
+
+
+def _flow_reasons(driver: JobDriver, job: JobRecord, now: float) -> list[WaitReason]:
+    """The job's flow control as it stands: a full concurrency key (and who holds it), an empty bucket."""
+    reasons: list[WaitReason] = []
+    if job.flow_key is not None and job.flow_max is not None:
+        holders = driver.introspect.slot_holders(job.flow_key)
+        if len(holders) >= job.flow_max:
+            who = ", ".join(f"{h.id} ({h.name} on {h.claimed_by or '?'})" for h in holders[:5])
+            more = f" and {len(holders) - 5} more" if len(holders) > 5 else ""
+            reasons.append(WaitReason("concurrency-limit", f"its concurrency key {job.flow_key!r} allows "
+                                                           f"{job.flow_max} at once and all are running: {who}{more}; "
+                                                           "it starts when one of them ends"))
+    if job.rate_key is not None:
+        bucket = driver.introspect.rate_bucket(job.rate_key)
+        if bucket is not None and bucket.level(now) < WHOLE_TOKEN:
+            wait = (1.0 - bucket.level(now)) / bucket.per_second
+            at = to_datetime(now + wait).isoformat(timespec="milliseconds")
+            reasons.append(WaitReason("rate-limit", f"its rate key {job.rate_key!r} allows {_rate(bucket.per_second)} "
+                                                    f"(burst {bucket.burst}) and has no token now; the next comes "
+                                                    f"at {at}, in {_seconds(wait) if wait >= 1 else f'{wait:.3f} s'}"))
+    return reasons

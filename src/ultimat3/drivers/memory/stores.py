@@ -11,6 +11,7 @@ from typing import Any
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.filters import error_code, matches, storable_filter
+from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.memory.state import (
     _EVERY_JOB,
     _FINISHED_BACKFILL,
@@ -96,6 +97,17 @@ class MemoryIntrospection:
         """How many jobs match ``filter`` (within ``states`` and ``updated_at <= as_of`` when given)."""
         with self._store.lock:
             return len(self._matching(filter, states, as_of))
+
+    def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
+        """The running jobs under ``flow_key``, oldest claim first."""
+        with self._store.lock:
+            held = [j for j in self._store.jobs.values() if j.state == "running" and j.flow_key == flow_key]
+            return [j.record() for j in sorted(held, key=lambda j: (j.updated_at, j.id))]
+
+    def rate_bucket(self, rate_key: str) -> Bucket | None:
+        """The bucket of ``rate_key`` as stored."""
+        with self._store.lock:
+            return self._store.rates.get(rate_key)
 
     def error_groups(self, filter: JobFilter) -> builtins.list[ErrorGroup]:
         """Matching jobs with a ``last_error``, grouped by its first line, largest group first."""

@@ -385,6 +385,12 @@ SET state = 'running',
 WHERE j.id = ANY(%(ids)s::text[]) AND j.state IN ('ready', 'delayed', 'suspended')
 RETURNING j.*
 
+-- name: flow_holders
+SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = %(key)s ORDER BY updated_at, id
+
+-- name: flow_bucket
+SELECT key, tokens, extract(epoch FROM at)::float8 AS at, per_second, burst FROM x_rates WHERE key = %(key)s
+
 -- name: flow_bucket_store
 INSERT INTO x_rates (key, tokens, at, per_second, burst)
 SELECT * FROM unnest(%(keys)s::text[], %(tokens)s::float8[], %(ats)s::timestamptz[], %(per_seconds)s::float8[],

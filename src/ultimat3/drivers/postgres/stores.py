@@ -11,6 +11,7 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.errors import StepResultError
 from ultimat3.drivers.filters import error_code, storable_filter
+from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.postgres.database import _caller_connection, _Database
 from ultimat3.drivers.postgres.operations import pg_filter
 from ultimat3.drivers.postgres.rows import (
@@ -70,6 +71,18 @@ class PostgresIntrospection:
         """One job, or ``None`` when no job has that id."""
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone())
         return None if row is None else _job(row)
+
+    @unknown_key(lambda: [])
+    def slot_holders(self, flow_key: str) -> list[JobRecord]:
+        """The running jobs under ``flow_key``, oldest claim first."""
+        rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["flow_holders"], {"key": flow_key}).fetchall())
+        return [_job(row) for row in rows]
+
+    @unknown_key(lambda: None)
+    def rate_bucket(self, rate_key: str) -> Bucket | None:
+        """The bucket of ``rate_key`` as stored."""
+        row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["flow_bucket"], {"key": rate_key}).fetchone())
+        return None if row is None else Bucket(row["key"], row["tokens"], row["at"], row["per_second"], row["burst"])
 
     def waiting_names(self) -> list[WaitingName]:
         """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
@@ -335,7 +348,7 @@ class PostgresLeaseStore:
         params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
         return self._db.run(lambda conn, _: conn.execute(_Q["lease_release"], params).rowcount) == 1
 
-    @unknown_key(list)
+    @unknown_key(lambda: [])
     def holders(self, key: str) -> list[Lease]:
         """Unexpired leases of ``key``, by slot."""
         params = {"key": key, "now": to_datetime(self._db.now())}

@@ -120,6 +120,12 @@ SET state = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'suspended')
 RETURNING *;
 
+-- name: flow_holders
+SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = :key ORDER BY updated_at, id;
+
+-- name: flow_bucket
+SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key = :key;
+
 -- name: flow_bucket_store
 INSERT INTO x_rates (key, tokens, at, per_second, burst) VALUES (:key, :tokens, :at, :per_second, :burst)
 ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at, per_second = excluded.per_second,

@@ -13,6 +13,7 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError, XError
 from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.filters import error_code, storable_filter
+from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     MAX_REASON_LENGTH,
@@ -100,6 +101,18 @@ class SqliteIntrospection:
         """One job, or ``None`` when no job has that id."""
         rows = self._driver._rows("job_get", {"id": job_id})
         return job_record_of(rows[0]) if rows else None
+
+    @unknown_key(lambda: [])
+    def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
+        """The running jobs under ``flow_key``, oldest claim first."""
+        return [job_record_of(row) for row in self._driver._rows("flow_holders", {"key": flow_key})]
+
+    @unknown_key(lambda: None)
+    def rate_bucket(self, rate_key: str) -> Bucket | None:
+        """The bucket of ``rate_key`` as stored."""
+        rows = self._driver._rows("flow_bucket", {"key": rate_key})
+        return None if not rows else Bucket(rows[0]["key"], rows[0]["tokens"], rows[0]["at"], rows[0]["per_second"],
+                                            rows[0]["burst"])
 
     def waiting_names(self) -> builtins.list[WaitingName]:
         """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""
@@ -313,7 +326,7 @@ class SqliteLeaseStore:
         params = {"key": lease.key, "slot": lease.slot, "token": lease.token}
         return self._driver._execute("lease_release", params)[1] == 1
 
-    @unknown_key(list)
+    @unknown_key(lambda: [])
     def holders(self, key: str) -> builtins.list[Lease]:
         """Unexpired leases of ``key``, by slot."""
         return [lease_of(row) for row in self._driver._rows("lease_holders", {"key": key, "now": self._driver._now()})]

@@ -246,3 +246,28 @@ def test_concurrent_claimers_never_exceed_the_limit(driver: JobDriver, clock: Ma
     assert errors == []
     assert max(seen) <= 3
     assert sum(1 for j in driver.introspect.list() if j.state == "done") == 30
+
+
+def test_slot_holders_and_rate_buckets_are_readable(driver: JobDriver, clock: ManualClock) -> None:
+    first = limited(driver, "org|a", max=2)
+    second = limited(driver, "org|a", max=2)
+    limited(driver, "org|a", max=2)
+    clock.advance(1)
+    claimed = {c.job.id: c for c in flow_claim(driver, worker="w7")}
+    assert set(claimed) == {first, second}
+    holders = driver.introspect.slot_holders("org|a")
+    assert [h.id for h in holders] == sorted([first, second], key=lambda i: (claimed[i].job.updated_at, i))
+    assert {h.claimed_by for h in holders} == {"w7"}
+    assert driver.introspect.slot_holders("org|b") == []
+    assert driver.introspect.slot_holders("bad\x00key") == []
+
+    assert driver.introspect.rate_bucket("smtp") is None
+    rated(driver, "smtp", per_second=4, burst=3)
+    clock.advance(1)
+    flow_claim(driver)
+    bucket = driver.introspect.rate_bucket("smtp")
+    assert bucket is not None
+    assert (bucket.key, bucket.per_second, bucket.burst) == ("smtp", 4.0, 3)
+    assert bucket.tokens == pytest.approx(2.0)
+    assert bucket.at == pytest.approx(clock.now(), abs=1e-3)
+    assert bucket.level(clock.now() + 0.125) == pytest.approx(2.5)
