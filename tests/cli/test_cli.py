@@ -16,7 +16,8 @@ from ultimat3.jobs import create_driver
 JOB_KEYS = {
     "id", "run_id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
     "created_at", "updated_at", "idempotency_key", "tenant_id", "traceparent", "enqueued_by", "claimed_by",
-    "visible_at", "finished_at", "last_error", "result",
+    "visible_at", "finished_at", "last_error", "result", "flow_key", "flow_max", "rate_key", "rate_per_second",
+    "rate_burst",
 }
 LEDGER_KEYS = {"run_id", "name", "checksum", "status", "batches", "rows", "started_at", "job_id", "finished_at",
                "error", "kind", "failures", "throttle", "paused_by"}

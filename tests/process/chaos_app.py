@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from ultimat3.backfill import Batch, backfill
 from ultimat3.core import Ctx
-from ultimat3.jobs import JobHandle, RetryPolicy, SyncStep, job
+from ultimat3.jobs import JobHandle, RetryPolicy, SyncStep, job, limit, rate_limit
 from ultimat3.jobs.schedule import every
 
 #: Generous: a job whose workers keep getting killed must not run out of attempts (each claim of a
@@ -231,6 +231,35 @@ def _block(input: Block, ctx: Ctx, step: SyncStep) -> dict[str, Any]:
     return {"tag": input.tag, "by": _worker_id, "attempt": step.attempt}
 
 
+class Governed(BaseModel):
+    """A job under flow control: ``key`` is its concurrency key; it marks its start and finish
+    (tag ``flow-<n>``) and works ``work_ms``; with ``block`` its first attempt holds its worker
+    until it is killed (as :class:`Block` does)."""
+
+    n: int
+    key: str = "k"
+    work_ms: int = 50
+    block: bool = False
+
+
+#: ``chaos.limited``: at most this many attempts per key at once across the fleet.
+LIMIT = 2
+#: ``chaos.rated``: starts per second across the fleet, and the burst.
+RATE, BURST = 20.0, 2
+
+
+def _governed(input: Governed, ctx: Ctx, step: SyncStep) -> dict[str, Any]:
+    tag = f"flow-{input.n}"
+    _mark(tag, "start", step.attempt)
+    if input.block and step.attempt == 1:
+        while not step.signal.wait(0.01):
+            pass
+        step.signal.raise_if_aborted()
+    time.sleep(input.work_ms / 1000)
+    _mark(tag, "finish", step.attempt)
+    return {"n": input.n, "by": _worker_id}
+
+
 # -- the backfill: a paced pass over bf_items (in the job database: the backfill's default engine) --
 
 BACKFILL_BATCH = 500
@@ -280,8 +309,12 @@ def declare(*, ticks: bool = False) -> dict[str, JobHandle[Any]]:
                      handle=_sweep_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
     exact = backfill(engine="job-store", name="chaos.exact", tenant="none", source=lambda ctx: sa.select(bf_items.c.id),
                      handle=_exact_handle, batch=BACKFILL_BATCH, rate=100, retry=CHAOS_RETRY)
+    limited = job(name="chaos.limited", tenant="none", input=Governed, retry=CHAOS_RETRY,
+                  concurrency=limit(max=LIMIT, key=lambda i: i.key))(_governed)
+    rated = job(name="chaos.rated", tenant="none", input=Governed, retry=CHAOS_RETRY,
+                rate=rate_limit(f"{RATE:g}/s", burst=BURST))(_governed)
     declared: dict[str, JobHandle[Any]] = {effect.name: effect, block.name: block, sweep.name: sweep,
-                                           exact.name: exact}
+                                           exact.name: exact, limited.name: limited, rated.name: rated}
     if ticks:
         tick = job(name="chaos.tick", tenant="none", schedule=every("1s"))(_tick)
         declared[tick.name] = tick

@@ -152,3 +152,25 @@ def test_a_worker_keeps_to_the_limit_per_key(memory: MemoryDriver, clock: Manual
     assert peak == {"acme": 2, "globex": 2}
     assert memory.introspect.count(JobFilter(), states=("done",)) == 13
     assert {j.attempt for j in memory.introspect.list()} == {1}
+
+
+def test_a_fair_worker_starts_a_small_tenant_within_its_first_claims(memory: MemoryDriver, clock: ManualClock) -> None:
+    class Org(BaseModel):
+        org: str
+
+    @job(name="report", tenant=lambda value: value.org, input=Org)
+    def report(value: Org, ctx: Ctx) -> None:
+        return None
+
+    report.enqueue_many([{"org": "big"}] * 300, driver=memory)
+    clock.advance(1)
+    small = report.enqueue_many([{"org": "small"}] * 5, driver=memory)
+    clock.advance(1)
+    for fair, finished in ((False, 0), (True, 5)):
+        worker = Worker(memory, concurrency=5, environment="test", fair=fair)
+        try:
+            assert asyncio.run(worker.drain(max_jobs=12)) == 12
+        finally:
+            worker.close()
+        done = [memory.introspect.get(r.id) for r in small]
+        assert sum(1 for j in done if j is not None and j.state == "done") == finished

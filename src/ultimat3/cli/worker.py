@@ -80,11 +80,13 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
 @click.option("--prune-after", default=None, metavar="AGE",
               help='Retention: delete finished jobs older than AGE ("7d", "12h") every ~5 minutes. Default: keep '
                    "them (x db prune).")
+@click.option("--fair", is_flag=True,
+              help="Serve tenants in turn: a tenant's few jobs behind another's backlog start in the first claims.")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
                    grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
                    fail_fast: bool, metrics_port: int | None, metrics_host: str, no_schedules: bool,
-                   prune_after: str | None) -> None:
+                   prune_after: str | None, fair: bool) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
     retention = parse_duration(prune_after, what="--prune-after") if prune_after is not None else None
     config.load_apps()
@@ -101,7 +103,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
     worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
                     environment=config.environment, schedules=not no_schedules, prune_after=retention,
-                    on_event=metrics.on_event if metrics is not None else None)
+                    fair=fair, on_event=metrics.on_event if metrics is not None else None)
     if metrics is not None and metrics_port is not None:
         try:
             bound = metrics.serve(metrics_port, metrics_host)
@@ -111,7 +113,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
                          "pick a free port with --metrics-port (0: any)", code="X_METRICS_PORT") from None
         click.echo(f"metrics on http://{metrics_host}:{bound}/metrics", err=True)
     click.echo(f"worker {worker.worker_id} on {driver.name}: {len(worker.names)} job(s), "
-               f"concurrency {concurrency}", err=True)
+               f"concurrency {concurrency}{', fair by tenant' if fair else ''}", err=True)
     try:
         worker.run_forever()
     finally:

@@ -120,3 +120,4 @@ def admit(candidates: Iterable[Candidate], running: Mapping[str, int], buckets: 
     if wake_at is not None and not math.isfinite(wake_at):
         wake_at = None
     return Admission(ids, list(touched.values()), wake_at, refused)
+

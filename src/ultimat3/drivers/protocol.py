@@ -126,6 +126,12 @@ class ClaimRequest:
     claim takes those first, in claim order among themselves, then the others in claim order.
     A worker passes ``flow=True`` when it runs a job that declares flow control; a claimer that
     does not know of limits never takes a job under one.
+
+    ``fair``: round-robin by tenant instead of one claim order across them. The claim serves the
+    tenants with due jobs in turn, from after the tenant this claimer served last (each driver
+    keeps that cursor), each tenant's jobs in claim order: every tenant's first job, then every
+    tenant's second... so a tenant with ten jobs behind another's hundred thousand starts them in
+    the first claims. Priority then orders within a tenant and within a turn, not across turns.
     """
 
     worker_id: str
@@ -134,6 +140,7 @@ class ClaimRequest:
     queues: tuple[str, ...] | None = None
     names: tuple[str, ...] | None = None
     flow: bool = False
+    fair: bool = False
 
 
 class ClaimBatch(list["ClaimedJob"]):

@@ -97,6 +97,9 @@ class Worker:
     ``liveness_interval`` seconds (jittered), refreshes it and rescues the running jobs of workers
     whose signal is gone: a killed worker's jobs run again within about that interval instead of
     after ``visibility_timeout``. ``liveness_interval=None`` turns both off.
+
+    ``fair=True`` claims round-robin by tenant (see :mod:`ultimat3.drivers.fair`): a tenant with a
+    few jobs behind another's backlog starts them in the first claims, not after the backlog.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Worker:
         schedules: bool = True,
         horizon_warning: float | None = 60.0,
         prune_after: float | None = None,
+        fair: bool = False,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -163,6 +167,8 @@ class Worker:
         #: Finished jobs older than this many seconds are deleted by this worker every
         #: PRUNE_INTERVAL (jittered); ``None``: never (``x db prune`` by hand or from cron).
         self.prune_after = prune_after
+        #: Serve tenants in turn rather than in one claim order (``ClaimRequest.fair``).
+        self.fair = fair
         #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
         #: fires once whichever gets there first).
         self.fire_schedules = schedules
@@ -227,7 +233,7 @@ class Worker:
         if not names:
             return []
         request = ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
-                               queues=self.queues, names=names, flow=self._governs(names))
+                               queues=self.queues, names=names, flow=self._governs(names), fair=self.fair)
         claimed = await self._io(self.driver.claim, request)
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
         self._token_at = getattr(claimed, "wake_at", None)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.fair import choose_tenants, fair_claim
 from ultimat3.drivers.flow import WHOLE_TOKEN, Admission, Candidate, admit, scan_size
 from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, close_ledger, memory_bulk
 from ultimat3.drivers.memory.schedules import MemoryScheduleStore
@@ -92,6 +93,8 @@ class MemoryDriver:
         self.clock: Clock = clock if clock is not None else system_clock
         self._store = _Store(self.clock)
         self._subscribers: list[WakeCallback] = []
+        # Fair claims: per queue set, where the next claim's turn starts (under the store's lock).
+        self._fair_start: dict[tuple[str, ...] | None, str] = {}
         # Annotated with the protocol types: the protocol's attributes are settable, so mypy
         # compares them invariantly.
         self.introspect: JobIntrospection = MemoryIntrospection(self._store)
@@ -226,25 +229,54 @@ class MemoryDriver:
             plain = [job for job in runnable if job.state == "running" or (
                 job.flow_key is None and job.rate_key is None)]
             batch = ClaimBatch()
-            chosen: list[_Job] = []
+
+            def take(jobs: list[_Job]) -> list[_Job]:
+                for job in jobs:
+                    self._store.set_state(job, "running")
+                    job.attempt += 1
+                    job.claimed_by = request.worker_id
+                    job.visible_at = now + request.visibility_timeout
+                    # Random suffix: the same worker re-claiming at the same attempt gets a new token.
+                    job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
+                    job.updated_at = now
+                    batch.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
+                return jobs
+
             if request.flow:
                 decided = self._admit(governed, now, request.limit)
                 batch.wake_at, batch.more = decided.wake_at, decided.refused
                 picked = set(decided.ids)
-                chosen = [job for job in governed if job.id in picked]
-            chosen += plain[: request.limit - len(chosen)]
-            claimed = batch
-            for job in chosen:
-                self._store.set_state(job, "running")
-                job.attempt += 1
-                job.claimed_by = request.worker_id
-                job.visible_at = now + request.visibility_timeout
-                # Random suffix: the same worker re-claiming at the same attempt still gets a new token.
-                job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
-                job.updated_at = now
-                claimed.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
-            claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
-            return claimed
+                take([job for job in governed if job.id in picked])
+            if request.fair:
+                take([job for job in plain if job.state == "running"][: request.limit - len(batch)])
+                self._claim_fair([job for job in plain if job.state != "running"], request, take,
+                                 request.limit - len(batch))
+            else:
+                take(plain[: request.limit - len(batch)])
+            batch.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
+            return batch
+
+    def _claim_fair(self, waiting: list[_Job], request: ClaimRequest, take: Callable[[list[_Job]], list[_Job]],
+                    limit: int) -> None:
+        """Round-robin by tenant over ``waiting`` (in claim order), from this driver's cursor."""
+        if limit <= 0:
+            return
+        by_tenant: dict[str, list[_Job]] = {}
+        for job in waiting:
+            by_tenant.setdefault(job.tenant_id or "", []).append(job)
+        key = None if request.queues is None else tuple(request.queues)
+
+        def jobs_of(tenant: str, n: int) -> list[_Job]:
+            return [job for job in by_tenant[tenant] if job.state != "running"][:n]
+
+        def tenants_from(start: str, n: int) -> list[str]:
+            return choose_tenants((t for t, jobs in by_tenant.items() if any(j.state != "running" for j in jobs)),
+                                  start, n)
+
+        _, start = fair_claim(tenants_from, jobs_of, take, lambda job: (-job.priority, job.run_at, job.id),
+                              self._fair_start.get(key, ""), limit)
+        if start is not None:
+            self._fair_start[key] = start
 
     def _admit(self, governed: list[_Job], now: float, limit: int) -> Admission:
         """Flow admission over the memory rows (the caller holds the lock, as SQL drivers hold theirs)."""

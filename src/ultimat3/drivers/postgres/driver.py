@@ -38,6 +38,7 @@ from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.fair import PASSES, fair_start_after
 from ultimat3.drivers.postgres.aio import AsyncBatcher, AsyncPools, enqueue_on_async
 from ultimat3.drivers.postgres.batch import batch_steps, drive, race_lost
 from ultimat3.drivers.postgres.cursors import ClaimCursors
@@ -246,6 +247,9 @@ class PostgresDriver:
         self._subscribers: list[WakeCallback] = []
         self._listener: Listener | None = None
         self._cursors = ClaimCursors()
+        # Fair claims: per queue set, where the next claim's turn starts (see fair_start_after).
+        self._fair_start: dict[tuple[str, ...] | None, str] = {}
+        self._fair_lock = threading.Lock()
         self._closed = False
         self.introspect = PostgresIntrospection(self._db)
         self.steps = PostgresStepStore(self._db)
@@ -468,7 +472,7 @@ class PostgresDriver:
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
             cur = _rows(conn)
-            if not plan.look_for_lapsed and not passed and not request.flow:
+            if not plan.look_for_lapsed and not passed and not request.flow and not request.fair:
                 return [], cur.execute(_Q[plan.query], {**waiting, "limit": request.limit}).fetchall()
             with conn.transaction():
                 early: list[Row] = []
@@ -482,6 +486,8 @@ class PostgresDriver:
                                                               "limit": request.limit - len(early)},
                                          prepare=_PLAN_EACH_TIME).fetchall()
                 left = request.limit - len(early)
+                if request.fair:
+                    return early + self._claim_fair(cur, base, queues, left), []
                 fresh = cur.execute(_Q[plan.query], {**waiting, "limit": left}).fetchall() if left > 0 else []
             return early, fresh
 
@@ -501,6 +507,29 @@ class PostgresDriver:
         batch = ClaimBatch(ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows)
         batch.wake_at, batch.more = wake[0], more[0]
         return batch
+
+    def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, limit: int) -> list[Row]:
+        """Round-robin by tenant from this driver's cursor for ``queues``, then from the first tenant
+        while the claim found fewer than ``limit`` (see :func:`ultimat3.drivers.fair.fair_claim`)."""
+        if limit <= 0:
+            return []
+        key = None if queues is None else tuple(queues)
+        with self._fair_lock:
+            start = self._fair_start.get(key, "")
+        rows: list[Row] = []
+        for _ in range(PASSES):
+            served = cur.execute(_Q["claim_fair"], {**base, "queues": queues, "start": start,
+                                                    "limit": limit - len(rows)}).fetchall()
+            if served:
+                rows += served
+                with self._fair_lock:
+                    self._fair_start[key] = fair_start_after(row["tenant_id"] for row in served)
+            elif not start:
+                break  # from the first tenant on, nothing is due
+            if len(rows) >= limit:
+                break
+            start = ""
+        return rows
 
     @fenced_key(lambda: False)
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:

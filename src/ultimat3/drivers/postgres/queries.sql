@@ -302,6 +302,46 @@ WITH picked AS (
 )
 {{_claim}}
 
+-- name: claim_fair
+-- Round-robin by tenant (ClaimRequest.fair): up to :limit tenants with due jobs, in tenant order from
+-- the claimer's cursor (:start, the last tenant it served + chr(1): byte order; found by a skip scan of x_jobs_fair_idx: one probe per tenant, however
+-- many jobs each holds), each giving its first ceil(limit / tenants) jobs in claim order; the claim
+-- takes every tenant's first job, then every tenant's second, and so on. No tenant -- tenant='none'
+-- -- is the tenant ''.
+WITH RECURSIVE tenants AS (
+    (SELECT coalesce(tenant_id, '') AS tenant FROM x_jobs
+     WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+       AND coalesce(tenant_id, '') >= %(start)s
+     ORDER BY coalesce(tenant_id, '') LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(tenant_id, '') FROM x_jobs
+            WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+              AND coalesce(tenant_id, '') > t.tenant
+            ORDER BY coalesce(tenant_id, '') LIMIT 1)
+    FROM tenants AS t WHERE t.tenant IS NOT NULL
+), chosen AS (
+    SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
+), share AS (
+    SELECT greatest(1, ceil(%(limit)s::numeric / greatest(count(*), 1)))::int AS n FROM chosen
+), ranked AS (
+    SELECT p.id, p.priority, p.run_at,
+           row_number() OVER (PARTITION BY c.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS turn
+    FROM chosen AS c CROSS JOIN share AS s
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM x_jobs
+        WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND coalesce(tenant_id, '') = c.tenant
+        ORDER BY priority DESC, run_at, id
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+), picked AS (
+    SELECT id FROM ranked ORDER BY turn, priority DESC, run_at, id LIMIT %(limit)s
+), head AS (
+    SELECT NULL::int AS priority, NULL::timestamptz AS run_at, NULL::text AS id
+)
+{{_claim}}
+
 -- name: claim_lapsed
 WITH picked AS (
     SELECT id FROM x_jobs

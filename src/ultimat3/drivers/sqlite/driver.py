@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
+from ultimat3.drivers.fair import fair_claim
 from ultimat3.drivers.flow import Bucket, Candidate, admit, scan_size
 from ultimat3.drivers.protocol import (
     Ack,
@@ -165,6 +166,9 @@ class SqliteDriver:
         self._file_mode = file_mode if file_mode is not None else sqlite_file_mode()
         self._local = threading.local()
         self._lock = threading.Lock()
+        # Fair claims: per queue set, where the next claim's turn starts (see ultimat3.drivers.fair).
+        self._fair_start: dict[tuple[str, ...] | None, str] = {}
+        self._fair_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._orphans: list[sqlite3.Connection] = []
         self._generation = 0
@@ -544,6 +548,8 @@ class SqliteDriver:
             if request.flow:
                 governed, wake[0], more[0] = self._claim_flow(conn, params, request.limit, now)
             left = request.limit - len(governed)
+            if request.fair:
+                return governed + self._claim_fair(conn, params, request, left)
             return governed + (conn.execute(QUERIES[query], {**params, "limit": left}).fetchall() if left else [])
 
         rows = self._write(run)
@@ -552,6 +558,34 @@ class SqliteDriver:
         batch = ClaimBatch(ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows)
         batch.wake_at, batch.more = wake[0], more[0]
         return batch
+
+    def _claim_fair(self, conn: sqlite3.Connection, params: dict[str, Any], request: ClaimRequest,
+                    limit: int) -> list[sqlite3.Row]:
+        """Lapsed claims first, then round-robin by tenant from this driver's cursor (see
+        :mod:`ultimat3.drivers.fair`), under the write lock the claim holds."""
+        if limit <= 0:
+            return []
+        rows: list[sqlite3.Row] = conn.execute(QUERIES["claim_lapsed"], {**params, "limit": limit}).fetchall()
+        key = None if request.queues is None else tuple(request.queues)
+
+        def tenants_from(start: str, n: int) -> list[str]:
+            return [r["tenant"] for r in conn.execute(QUERIES["fair_tenants"], {**params, "start": start, "limit": n})]
+
+        def jobs_of(tenant: str, n: int) -> list[sqlite3.Row]:
+            return conn.execute(QUERIES["fair_jobs"], {**params, "tenant": tenant, "n": n}).fetchall()
+
+        def claim(picked: list[sqlite3.Row]) -> list[sqlite3.Row]:
+            ids = json.dumps([r["id"] for r in picked])
+            return conn.execute(QUERIES["claim_ids"], {**params, "ids": ids}).fetchall()
+
+        with self._fair_lock:
+            start = self._fair_start.get(key, "")
+        claimed, after = fair_claim(tenants_from, jobs_of, claim, lambda r: (-r["priority"], r["run_at"], r["id"]),
+                                    start, limit - len(rows))
+        if after is not None:
+            with self._fair_lock:
+                self._fair_start[key] = after
+        return rows + claimed
 
     def _claim_flow(self, conn: sqlite3.Connection, params: dict[str, Any], limit: int,
                     now: float) -> tuple[list[sqlite3.Row], float | None, bool]:
@@ -577,7 +611,7 @@ class SqliteDriver:
             for b in decided.buckets])
         if not decided.ids:
             return [], wake_at, decided.refused
-        claimed = conn.execute(QUERIES["flow_claim"], {**params, "ids": json.dumps(decided.ids)}).fetchall()
+        claimed = conn.execute(QUERIES["claim_ids"], {**params, "ids": json.dumps(decided.ids)}).fetchall()
         return claimed, wake_at, decided.refused
 
     @fenced_key(lambda: False)

@@ -109,7 +109,8 @@ SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key IN (SELECT valu
 SELECT min(at + (1.0 - tokens) / per_second) AS wake_at FROM x_rates
 WHERE min(burst, tokens + max(0, :now - at) * per_second) < 0.999999;
 
--- name: flow_claim
+-- name: claim_ids
+-- The rows a flow or fair claim chose (still waiting: nothing else can write under our lock).
 UPDATE x_jobs
 SET state = 'running',
     attempt = attempt + 1,
@@ -125,6 +126,62 @@ SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = :key ORDER BY update
 
 -- name: flow_bucket
 SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key = :key;
+
+-- Fair claims (ClaimRequest.fair, see ultimat3.drivers.fair): the tenants with due jobs from :start in
+-- byte order, one probe of x_jobs_fair_idx each (a recursive skip scan), then each one's first jobs.
+-- name: fair_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT coalesce(tenant_id, '') FROM x_jobs
+            WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
+              AND run_at <= :now
+              AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+              AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+              AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+              AND coalesce(tenant_id, '') >= :start
+            ORDER BY coalesce(tenant_id, '') LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(j.tenant_id, '') FROM x_jobs AS j
+            WHERE j.state IN ('ready', 'delayed', 'suspended') AND j.flow_key IS NULL AND j.rate_key IS NULL
+              AND j.run_at <= :now
+              AND (:queues IS NULL OR j.queue IN (SELECT value FROM json_each(:queues)))
+              AND (:names IS NULL OR j.name IN (SELECT value FROM json_each(:names)))
+              AND j.queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+              AND coalesce(j.tenant_id, '') > t.tenant
+            ORDER BY coalesce(j.tenant_id, '') LIMIT 1)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT :limit;
+
+-- name: fair_jobs
+SELECT id, priority, run_at FROM x_jobs
+WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
+  AND run_at <= :now
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+  AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+  AND coalesce(tenant_id, '') = :tenant
+ORDER BY priority DESC, run_at, id
+LIMIT :n;
+
+-- name: claim_lapsed
+-- The lapsed half of `claim` alone (a fair claim takes those first, then serves the tenants).
+UPDATE x_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    claimed_by = :worker_id,
+    visible_at = :visible_at,
+    claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM x_jobs
+    WHERE state = 'running' AND visible_at <= :now
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+      AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+      AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit
+)
+RETURNING *;
 
 -- name: flow_bucket_store
 INSERT INTO x_rates (key, tokens, at, per_second, burst) VALUES (:key, :tokens, :at, :per_second, :burst)

@@ -16,6 +16,9 @@ CREATE INDEX x_jobs_claim_idx ON x_jobs (queue, priority DESC, run_at, id) WHERE
 -- index x_jobs_created_idx
 CREATE INDEX x_jobs_created_idx ON x_jobs (created_at DESC, id DESC);
 
+-- index x_jobs_fair_idx
+CREATE INDEX x_jobs_fair_idx ON x_jobs ((coalesce(tenant_id, '')), priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL;
+
 -- index x_jobs_finished_idx
 CREATE INDEX x_jobs_finished_idx ON x_jobs (finished_at) WHERE state IN ('done', 'dead', 'cancelled');
 

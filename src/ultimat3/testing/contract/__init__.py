@@ -15,7 +15,7 @@ A third-party driver proves itself with one test module::
         yield built
         built.close()
 
-Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fencing``, ``flow``, ``settle``,
+Split by concern (``async_enqueue``, ``enqueue``, ``claim``, ``fair``, ``fencing``, ``flow``, ``settle``,
 ``cancel_retry``, ``introspect``, ``steps``, ``backfill_ledger``, ``leases``, ``migrations``,
 ``operator``, ``prune``, ``queues``, ``schedules``, ``starvation``, ``subscribe``, ``transactions``,
 ``workers``): a module per concern, importable on its own. Needs pytest (``pip install ultimat3[testing]``).
@@ -35,6 +35,7 @@ CONCERNS = (
     "cancel_retry",
     "claim",
     "enqueue",
+    "fair",
     "fencing",
     "flow",
     "introspect",

@@ -1,6 +1,6 @@
--- Flow control (ultimat3.drivers.flow): a job's concurrency key and bound, and its rate key and
--- bucket shape, stored on its row at enqueue; the token buckets in x_rates. New columns are
--- nullable with no default, so adding them rewrites nothing.
+-- Flow control (ultimat3.drivers.flow) and fair claims across tenants: a job's concurrency key and
+-- bound, and its rate key and bucket shape, stored on its row at enqueue; the token buckets in
+-- x_rates. New columns are nullable with no default, so adding them rewrites nothing.
 
 ALTER TABLE x_jobs ADD COLUMN IF NOT EXISTS flow_key text COLLATE "C";
 ALTER TABLE x_jobs ADD COLUMN IF NOT EXISTS flow_max integer CHECK (flow_max >= 1);
@@ -17,6 +17,12 @@ CREATE INDEX IF NOT EXISTS x_jobs_flow_running_idx
 CREATE INDEX IF NOT EXISTS x_jobs_flow_claim_idx
     ON x_jobs (priority DESC, run_at, id)
     WHERE state IN ('ready', 'delayed', 'suspended') AND (flow_key IS NOT NULL OR rate_key IS NOT NULL);
+
+-- Fair claims (ClaimRequest.fair): the tenants with waiting jobs, each one's jobs in claim order,
+-- so a claim finds every tenant with one probe each, however many jobs the biggest holds.
+CREATE INDEX IF NOT EXISTS x_jobs_fair_idx
+    ON x_jobs ((coalesce(tenant_id, '')), priority DESC, run_at, id)
+    WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL;
 
 -- One token bucket per rate key: `tokens` as of `at`, refilled at per_second up to burst.
 CREATE TABLE IF NOT EXISTS x_rates (

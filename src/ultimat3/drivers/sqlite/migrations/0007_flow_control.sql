@@ -1,5 +1,6 @@
--- Flow control (ultimat3.drivers.flow): a job's concurrency key and bound, and its rate key and
--- bucket shape, stored on its row at enqueue; the token buckets in x_rates.
+-- Flow control (ultimat3.drivers.flow) and fair claims across tenants: a job's concurrency key and
+-- bound, and its rate key and bucket shape, stored on its row at enqueue; the token buckets in
+-- x_rates.
 
 ALTER TABLE x_jobs ADD COLUMN flow_key TEXT;
 ALTER TABLE x_jobs ADD COLUMN flow_max INTEGER CHECK (flow_max >= 1);
@@ -16,6 +17,12 @@ CREATE INDEX IF NOT EXISTS x_jobs_flow_running_idx
 CREATE INDEX IF NOT EXISTS x_jobs_flow_claim_idx
     ON x_jobs (priority DESC, run_at, id)
     WHERE state IN ('ready', 'delayed', 'suspended') AND (flow_key IS NOT NULL OR rate_key IS NOT NULL);
+
+-- Fair claims (ClaimRequest.fair): the tenants with waiting jobs, each one's jobs in claim order,
+-- so a claim finds every tenant with one probe each, however many jobs the biggest holds.
+CREATE INDEX IF NOT EXISTS x_jobs_fair_idx
+    ON x_jobs ((coalesce(tenant_id, '')), priority DESC, run_at, id)
+    WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL;
 
 -- One token bucket per rate key: `tokens` as of `at` (epoch seconds), refilled up to burst.
 CREATE TABLE IF NOT EXISTS x_rates (
