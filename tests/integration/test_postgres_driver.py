@@ -22,7 +22,7 @@ import pytest
 from ultimat3.core.clock import ManualClock, system_clock, to_datetime
 from ultimat3.drivers.postgres.driver import PostgresDriver, conninfo_from_url
 from ultimat3.drivers.postgres.listener import WAKE_ALL
-from ultimat3.drivers.protocol import ClaimRequest, EnqueueRequest, JobDriver
+from ultimat3.drivers.protocol import Ack, ClaimRequest, EnqueueRequest, JobDriver, NackRequest
 from ultimat3.drivers.sql import load_migrations, load_queries, parse_queries
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
@@ -217,6 +217,29 @@ def test_notify_wakes_a_subscriber_of_another_driver_within_a_second(
     app.enqueue(_job(queue="mail"))
     assert seen.wait_for("mail", timeout=1.0)
     print(f"\nNOTIFY delivered {1000 * (time.monotonic() - started):.1f} ms after the enqueue call")
+
+
+@pytest.mark.parametrize("settle", ["ack", "ack_many", "nack"])
+def test_a_freed_concurrency_slot_wakes_the_workers_of_other_processes(
+    make_driver: Callable[..., PostgresDriver], settle: str
+) -> None:
+    worker, app = make_driver(), make_driver()
+    for queue, key in (("gov", "k"), ("plain", None)):
+        app.enqueue(_job(queue=queue, flow_key=key, flow_max=None if key is None else 1))
+    claimed = {c.job.queue: c for c in app.claim(ClaimRequest(worker_id="w", limit=5, flow=True))}
+    assert set(claimed) == {"gov", "plain"}
+    seen = Seen()
+    worker.subscribe(seen)
+    for queue in ("plain", "gov"):  # the plain one first: it announces nothing, so "gov" comes alone
+        held = claimed[queue]
+        if settle == "ack":
+            assert app.ack(held.job.id, held.claim_token)
+        elif settle == "ack_many":
+            assert app.ack_many([Ack(held.job.id, held.claim_token)]) == [True]
+        else:
+            assert app.nack(held.job.id, held.claim_token, NackRequest(error="boom", delay=60))
+    assert seen.wait_for("gov", timeout=5.0)
+    assert "plain" not in seen.queues
 
 
 def test_listener_reconnects_after_its_backend_is_terminated(
@@ -716,7 +739,7 @@ def test_hot_statements_do_not_walk_what_a_pinned_horizon_keeps(
             one = {"id": running[0].job.id, "token": running[0].claim_token, "now": now}
             settle = _buffers(conn, QUERIES["ack_many"], {
                 "ids": [c.job.id for c in running], "tokens": [c.claim_token for c in running],
-                "results": [Jsonb(None)] * len(running), "now": now})
+                "results": [Jsonb(None)] * len(running), "now": now, "channel": "x_unheard"})
             beat = _buffers(conn, QUERIES["heartbeat"], {**one, "visible_at": now + timedelta(seconds=30)})
             lapsed = _buffers(conn, QUERIES["claim_lapsed"], {
                 **base, "queues": None, "now": now + timedelta(hours=1), "floor": now + timedelta(hours=1, seconds=-2)})

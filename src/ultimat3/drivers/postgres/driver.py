@@ -535,8 +535,10 @@ class PostgresDriver:
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""
         encoded = Jsonb(result_text(result, what=f"result of job {job_id}"), dumps=_as_is)
-        params = {"id": job_id, "token": claim_token, "result": encoded, "now": to_datetime(self.clock.now())}
-        return self._db.run(lambda conn, _: conn.execute(_Q["ack"], params, prepare=_PLAN_EACH_TIME).rowcount) == 1
+        params = {"id": job_id, "token": claim_token, "result": encoded, "now": to_datetime(self.clock.now()),
+                  "channel": self.channel}
+        return self._db.run(lambda conn, _: len(conn.execute(_Q["ack"], params, prepare=_PLAN_EACH_TIME)
+                                                .fetchall())) == 1
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
@@ -549,6 +551,7 @@ class PostgresDriver:
             "tokens": [a.claim_token for a, ok in zip(acks, usable, strict=True) if ok],
             "results": [r for r, ok in zip(results, usable, strict=True) if ok],
             "now": to_datetime(self.clock.now()),
+            "channel": self.channel,
         }
         rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
                                                                   prepare=_PLAN_EACH_TIME).fetchall())
@@ -568,6 +571,7 @@ class PostgresDriver:
             "run_at": to_datetime(now + request.delay),
             "error": None if request.error is None else storable(request.error),
             "now": to_datetime(now),
+            "channel": self.channel,
         }
         row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["nack"], params,
                                                                  prepare=_PLAN_EACH_TIME).fetchone())

@@ -447,22 +447,35 @@ ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, at = excluded.at, per_
 -- a pinned horizon the index holds an entry for every job claimed since the pin.
 -- ----------------------------------------------------------------------------------------------
 
+-- name: _slot_notice
+-- A settled row that held a concurrency slot announces its queue (NOTIFY is sent at commit, and
+-- PostgreSQL folds repeats within a transaction into one): a worker of another process waiting on
+-- that key claims at once instead of at its next poll.
+CASE WHEN flow_key IS NOT NULL THEN pg_notify(%(channel)s, queue)::text END
+
 -- name: ack
-UPDATE x_jobs
-SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
-    claim_token = NULL, visible_at = NULL, last_error = NULL
-WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
+WITH done AS (
+    UPDATE x_jobs
+    SET state = 'done', result = %(result)s, finished_at = %(now)s, updated_at = %(now)s,
+        claim_token = NULL, visible_at = NULL, last_error = NULL
+    WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
+    RETURNING id, queue, flow_key
+)
+SELECT id, {{_slot_notice}} AS woke FROM done
 
 -- name: ack_many
 -- Many acks, one statement and one commit; each row is fenced on its own token exactly as `ack` is.
 -- `j.id = ANY(ids)` restricts x_jobs itself, so even with statistics from when the table was small
 -- the rows are fetched by primary key, never by a scan of the table joined to the list.
-UPDATE x_jobs AS j
-SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
-    claim_token = NULL, visible_at = NULL, last_error = NULL
-FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, token, result)
-WHERE j.id = ANY(%(ids)s::text[]) AND j.id = v.id AND j.state || '' = 'running' AND j.claim_token = v.token
-RETURNING j.id
+WITH done AS (
+    UPDATE x_jobs AS j
+    SET state = 'done', result = v.result, finished_at = %(now)s, updated_at = %(now)s,
+        claim_token = NULL, visible_at = NULL, last_error = NULL
+    FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(results)s::jsonb[]) AS v(id, token, result)
+    WHERE j.id = ANY(%(ids)s::text[]) AND j.id = v.id AND j.state || '' = 'running' AND j.claim_token = v.token
+    RETURNING j.id, j.queue, j.flow_key
+)
+SELECT id, {{_slot_notice}} AS woke FROM done
 
 -- name: nack
 -- dead_letter ends the job; a suspension (counts = false) gives the attempt back, floored at 0;
@@ -479,7 +492,7 @@ SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s OR %(release)s THEN '
     visible_at = NULL,
     updated_at = %(now)s
 WHERE id = %(id)s AND state || '' = 'running' AND claim_token = %(token)s
-RETURNING queue
+RETURNING queue, {{_slot_notice}} AS woke
 
 -- name: heartbeat
 UPDATE x_jobs SET visible_at = %(visible_at)s, updated_at = %(now)s
