@@ -109,3 +109,17 @@ def test_an_empty_bucket_says_when_the_next_token_comes(x: X, driver: JobDriver)
     assert codes(explained) == ["rate-limit", "no-worker"]
     assert "'cli.mail' allows 1 starts/h (burst 1)" in explained["reasons"][0]["text"]
     assert "in 60 min" in explained["reasons"][0]["text"]
+
+
+def test_a_run_of_a_paused_schedule_says_so_and_still_runs(x: X, driver: JobDriver) -> None:
+    from ultimat3.drivers.protocol import EnqueueRequest
+
+    queued = driver.enqueue(EnqueueRequest(name="cli.digest", payload={"kind": "daily"},
+                                           enqueued_by="schedule:cli.digest:nightly@2026-06-01T03:00:00Z"))
+    assert driver.schedules.set_paused("cli.digest:nightly", True, "ops@example.com")
+    explained = why(x, queued.id)
+    assert codes(explained) == ["no-worker", "schedule-paused"]
+    text = explained["reasons"][1]["text"]
+    assert "'cli.digest:nightly' is paused by ops@example.com" in text and "still runs" in text
+    driver.schedules.set_paused("cli.digest:nightly", False, "ops@example.com")
+    assert codes(why(x, queued.id)) == ["no-worker"]

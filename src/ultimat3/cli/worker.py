@@ -12,7 +12,8 @@ import click
 from ultimat3.cli.config import Config
 from ultimat3.cli.logs import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ultimat3.cli.main import cli
-from ultimat3.core.errors import XError, check
+from ultimat3.core.errors import XError, check, fail
+from ultimat3.drivers.fair import check_weights
 from ultimat3.drivers.protocol import JobDriver
 from ultimat3.jobs.duration import parse_duration
 from ultimat3.jobs.job import registered_jobs
@@ -54,6 +55,19 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
             wait = min(wait * 2, 10.0)
 
 
+def _weights(values: tuple[str, ...]) -> dict[str, int]:
+    """``--weight TENANT=N`` options as a mapping, refused coded (``X_FAIR_WEIGHT``) when unreadable."""
+    shares: dict[str, int] = {}
+    for value in values:
+        tenant, sep, number = value.rpartition("=")
+        if not sep or not number.strip().isdigit():
+            fail(f"--weight {value!r} is not TENANT=N", "write e.g. --weight acme=3 (acme gets 3 jobs per turn)",
+                 code="X_FAIR_WEIGHT")
+        shares[tenant] = int(number)
+    check_weights(shares)
+    return shares
+
+
 @cli.command("worker")
 @click.option("--queue", "queues", multiple=True, help="Only claim from this queue (repeatable). Default: all.")
 @click.option("--concurrency", default=10, show_default=True, type=click.IntRange(1, 10_000),
@@ -82,13 +96,16 @@ def connect_with_retry(config: Config, *, timeout: float, sleep: Callable[[float
                    "them (x db prune).")
 @click.option("--fair", is_flag=True,
               help="Serve tenants in turn: a tenant's few jobs behind another's backlog start in the first claims.")
+@click.option("--weight", "weights", multiple=True, metavar="TENANT=N",
+              help="With --fair: TENANT gets N jobs per turn (others 1); repeatable. Implies --fair.")
 @click.pass_obj
 def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, visibility_timeout: float,
                    grace: float, poll_interval: float, log_level: str, log_format: str, start_timeout: float,
                    fail_fast: bool, metrics_port: int | None, metrics_host: str, no_schedules: bool,
-                   prune_after: str | None, fair: bool) -> None:
+                   prune_after: str | None, fair: bool, weights: tuple[str, ...]) -> None:
     """Claim and run jobs until SIGTERM/SIGINT, then stop gracefully."""
     retention = parse_duration(prune_after, what="--prune-after") if prune_after is not None else None
+    shares = _weights(weights)
     config.load_apps()
     check(
         registered_jobs(),
@@ -103,7 +120,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
     worker = Worker(driver, queues=queues or None, concurrency=concurrency,
                     visibility_timeout=visibility_timeout, grace_period=grace, poll_interval=poll_interval,
                     environment=config.environment, schedules=not no_schedules, prune_after=retention,
-                    fair=fair, on_event=metrics.on_event if metrics is not None else None)
+                    fair=shares if shares else fair, on_event=metrics.on_event if metrics is not None else None)
     if metrics is not None and metrics_port is not None:
         try:
             bound = metrics.serve(metrics_port, metrics_host)
@@ -113,7 +130,7 @@ def worker_command(config: Config, queues: tuple[str, ...], concurrency: int, vi
                          "pick a free port with --metrics-port (0: any)", code="X_METRICS_PORT") from None
         click.echo(f"metrics on http://{metrics_host}:{bound}/metrics", err=True)
     click.echo(f"worker {worker.worker_id} on {driver.name}: {len(worker.names)} job(s), "
-               f"concurrency {concurrency}{', fair by tenant' if fair else ''}", err=True)
+               f"concurrency {concurrency}{', fair by tenant' if fair or shares else ''}", err=True)
     try:
         worker.run_forever()
     finally:

@@ -15,7 +15,7 @@ nor write a checkpoint for it.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -132,6 +132,7 @@ class ClaimRequest:
     keeps that cursor), each tenant's jobs in claim order: every tenant's first job, then every
     tenant's second... so a tenant with ten jobs behind another's hundred thousand starts them in
     the first claims. Priority then orders within a tenant and within a turn, not across turns.
+    ``weights`` (with ``fair``): jobs per turn by tenant id (``''`` for no tenant), 1 for the others.
     """
 
     worker_id: str
@@ -141,6 +142,7 @@ class ClaimRequest:
     names: tuple[str, ...] | None = None
     flow: bool = False
     fair: bool = False
+    weights: Mapping[str, int] | None = None
 
 
 class ClaimBatch(list["ClaimedJob"]):

@@ -1,11 +1,12 @@
 """``x jobs why ID``: why a job that has not started has not started, from what the store knows.
 
 Every answer is a fact read from the database, never a guess: the job's own ``run_at`` (enqueued
-for later, a retry's backoff, a ``step.sleep``, a paused backfill pass), its queue paused (by whom,
-since when), its concurrency key's slots all held (by which jobs on which workers), its rate
-key's bucket empty (and when the next token comes), no live worker serving its queue, and how
-many due jobs its queue holds. A job that is due, in an active queue a live worker serves, says
-exactly that: the next claim takes it in priority order, within the claim starvation bound.
+for later, a retry's backoff, a ``step.sleep``, a paused backfill pass), its queue or its schedule
+paused (by whom, since when), its concurrency key's slots all held (by which jobs on which
+workers), its rate key's bucket empty (and when the next token comes), no live worker serving its
+queue, and how many due jobs its queue holds. A job that is due, in an active queue a live worker
+serves, says exactly that: the next claim takes it in priority order, within the claim starvation
+bound.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import XError
 from ultimat3.drivers.flow import WHOLE_TOKEN
 from ultimat3.drivers.protocol import CLAIM_STARVATION_BOUND, FINAL_STATES, JobDriver, JobRecord
+from ultimat3.jobs.schedule import SCHEDULE_PREFIX
 
 __all__ = ["WaitExplanation", "WaitReason", "why_waiting"]
 
 WaitCode = Literal["finished", "running", "not-due", "backoff", "sleeping", "backfill-paused", "queue-paused",
-                   "concurrency-limit", "rate-limit", "no-worker", "due"]
+                   "concurrency-limit", "rate-limit", "schedule-paused", "no-worker", "due"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,26 @@ def why_waiting(driver: JobDriver, job_id: str) -> WaitExplanation:
             "due", f"it is due, its queue is active and {len(serving)} live worker(s) serve it ({busy} of "
                    f"{slots} slots busy); {due} due job(s) wait in {job.queue!r}, taken by priority then "
                    f"run_at, each within {CLAIM_STARVATION_BOUND:g} s of a free slot"))
+    schedule = _paused_schedule(driver, job)
+    if schedule is not None:
+        reasons.append(schedule)  # said last: it holds nothing back, but an operator wants to know
     return WaitExplanation(job, True, reasons)
+
+
+def _paused_schedule(driver: JobDriver, job: JobRecord) -> WaitReason | None:
+    """A run its schedule enqueued, while that schedule is paused: said, though it does not hold
+    this run back (a pause stops the next ticks, not what a past tick enqueued)."""
+    by = job.enqueued_by or ""
+    if not by.startswith(SCHEDULE_PREFIX) or "@" not in by:
+        return None
+    key = by[len(SCHEDULE_PREFIX):].rsplit("@", 1)[0]
+    record = driver.schedules.get(key)
+    if record is None or not record.paused:
+        return None
+    since = "" if record.changed_at is None else f" since {record.changed_at.isoformat(timespec='seconds')}"
+    return WaitReason("schedule-paused", f"its schedule {key!r} is paused by {record.changed_by}{since}: this run "
+                                         "was enqueued before and still runs, but no later tick fires until "
+                                         f"`x schedules resume {key}`")
 
 
 def _flow_reasons(driver: JobDriver, job: JobRecord, now: float) -> list[WaitReason]:

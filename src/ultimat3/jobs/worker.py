@@ -11,7 +11,7 @@ import signal as os_signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -20,6 +20,7 @@ from ultimat3.core.context import Environment, default_environment
 from ultimat3.core.errors import check, first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError
+from ultimat3.drivers.fair import check_weights
 from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName, WorkerInfo
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
@@ -99,7 +100,8 @@ class Worker:
     after ``visibility_timeout``. ``liveness_interval=None`` turns both off.
 
     ``fair=True`` claims round-robin by tenant (see :mod:`ultimat3.drivers.fair`): a tenant with a
-    few jobs behind another's backlog starts them in the first claims, not after the backlog.
+    few jobs behind another's backlog starts them in the first claims, not after the backlog;
+    ``fair={"acme": 3}`` gives acme three jobs per turn (every other tenant one).
     """
 
     def __init__(
@@ -123,7 +125,7 @@ class Worker:
         schedules: bool = True,
         horizon_warning: float | None = 60.0,
         prune_after: float | None = None,
-        fair: bool = False,
+        fair: bool | Mapping[str, int] = False,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -167,8 +169,11 @@ class Worker:
         #: Finished jobs older than this many seconds are deleted by this worker every
         #: PRUNE_INTERVAL (jittered); ``None``: never (``x db prune`` by hand or from cron).
         self.prune_after = prune_after
-        #: Serve tenants in turn rather than in one claim order (``ClaimRequest.fair``).
-        self.fair = fair
+        #: Serve tenants in turn rather than in one claim order (``ClaimRequest.fair``), with these
+        #: jobs per turn by tenant (``None``: one each).
+        self.fair = fair is not False
+        self.weights: dict[str, int] | None = dict(fair) if isinstance(fair, Mapping) else None
+        check_weights(self.weights)
         #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
         #: fires once whichever gets there first).
         self.fire_schedules = schedules
@@ -233,7 +238,8 @@ class Worker:
         if not names:
             return []
         request = ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
-                               queues=self.queues, names=names, flow=self._governs(names), fair=self.fair)
+                               queues=self.queues, names=names, flow=self._governs(names), fair=self.fair,
+                               weights=self.weights)
         claimed = await self._io(self.driver.claim, request)
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
         self._token_at = getattr(claimed, "wake_at", None)
@@ -614,6 +620,8 @@ class Worker:
                 for job in claimed:
                     self._start(job)
                 if not self._active:
+                    if getattr(claimed, "more", False):
+                        continue  # a key this claim filled hid others: the next claim leaves it out
                     break
                 await asyncio.wait({a.task for a in self._active.values() if a.task is not None},
                                    return_when=asyncio.FIRST_COMPLETED)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.fair import choose_tenants, fair_claim
+from ultimat3.drivers.fair import check_weights, choose_tenants, fair_claim
 from ultimat3.drivers.flow import WHOLE_TOKEN, Admission, Candidate, admit, scan_size
 from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, close_ledger, memory_bulk
 from ultimat3.drivers.memory.schedules import MemoryScheduleStore
@@ -202,6 +202,7 @@ class MemoryDriver:
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens."""
+        check_weights(request.weights)  # refused before anything is claimed
         if request.limit < 1:
             return []
         queues = None if request.queues is None else frozenset(request.queues)
@@ -274,7 +275,7 @@ class MemoryDriver:
                                   start, n)
 
         _, start = fair_claim(tenants_from, jobs_of, take, lambda job: (-job.priority, job.run_at, job.id),
-                              self._fair_start.get(key, ""), limit)
+                              self._fair_start.get(key, ""), limit, request.weights)
         if start is not None:
             self._fair_start[key] = start
 

@@ -38,7 +38,7 @@ from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.fair import PASSES, fair_start_after
+from ultimat3.drivers.fair import PASSES, check_weights, fair_start_after, weight_arrays
 from ultimat3.drivers.postgres.aio import AsyncBatcher, AsyncPools, enqueue_on_async
 from ultimat3.drivers.postgres.batch import batch_steps, drive, race_lost
 from ultimat3.drivers.postgres.cursors import ClaimCursors
@@ -446,6 +446,7 @@ class PostgresDriver:
         once a second, lapsed ``running`` ones; in claim order, locked with ``FOR UPDATE SKIP
         LOCKED``, in one transaction.
         """
+        check_weights(request.weights)  # refused before anything is claimed
         if request.limit < 1:
             return []
         queues = None if request.queues is None else list(dict.fromkeys(request.queues))
@@ -487,7 +488,7 @@ class PostgresDriver:
                                          prepare=_PLAN_EACH_TIME).fetchall()
                 left = request.limit - len(early)
                 if request.fair:
-                    return early + self._claim_fair(cur, base, queues, left), []
+                    return early + self._claim_fair(cur, base, queues, request, left), []
                 fresh = cur.execute(_Q[plan.query], {**waiting, "limit": left}).fetchall() if left > 0 else []
             return early, fresh
 
@@ -508,7 +509,8 @@ class PostgresDriver:
         batch.wake_at, batch.more = wake[0], more[0]
         return batch
 
-    def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, limit: int) -> list[Row]:
+    def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, request: ClaimRequest,
+                    limit: int) -> list[Row]:
         """Round-robin by tenant from this driver's cursor for ``queues``, then from the first tenant
         while the claim found fewer than ``limit`` (see :func:`ultimat3.drivers.fair.fair_claim`)."""
         if limit <= 0:
@@ -516,10 +518,11 @@ class PostgresDriver:
         key = None if queues is None else tuple(queues)
         with self._fair_lock:
             start = self._fair_start.get(key, "")
+        tenants, weights = weight_arrays(request.weights)
         rows: list[Row] = []
         for _ in range(PASSES):
-            served = cur.execute(_Q["claim_fair"], {**base, "queues": queues, "start": start,
-                                                    "limit": limit - len(rows)}).fetchall()
+            served = cur.execute(_Q["claim_fair"], {**base, "queues": queues, "start": start, "weight_tenants": tenants,
+                                                    "weights": weights, "limit": limit - len(rows)}).fetchall()
             if served:
                 rows += served
                 with self._fair_lock:

@@ -305,9 +305,9 @@ WITH picked AS (
 -- name: claim_fair
 -- Round-robin by tenant (ClaimRequest.fair): up to :limit tenants with due jobs, in tenant order from
 -- the claimer's cursor (:start, the last tenant it served + chr(1): byte order; found by a skip scan of x_jobs_fair_idx: one probe per tenant, however
--- many jobs each holds), each giving its first ceil(limit / tenants) jobs in claim order; the claim
--- takes every tenant's first job, then every tenant's second, and so on. No tenant -- tenant='none'
--- -- is the tenant ''.
+-- many jobs each holds), each giving its weight's part of :limit in claim order; the claim takes
+-- every tenant's first turn, then every tenant's second, and so on (a turn: as many jobs as the
+-- tenant's weight, 1 unless :weights says otherwise). No tenant -- tenant='none' -- is the tenant ''.
 WITH RECURSIVE tenants AS (
     (SELECT coalesce(tenant_id, '') AS tenant FROM x_jobs
      WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -319,20 +319,25 @@ WITH RECURSIVE tenants AS (
               AND coalesce(tenant_id, '') > t.tenant
             ORDER BY coalesce(tenant_id, '') LIMIT 1)
     FROM tenants AS t WHERE t.tenant IS NOT NULL
-), chosen AS (
+), found AS (
     SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s
-), share AS (
-    SELECT greatest(1, ceil(%(limit)s::numeric / greatest(count(*), 1)))::int AS n FROM chosen
+), weighed AS (
+    SELECT f.tenant, coalesce(w.weight, 1) AS weight FROM found AS f
+    LEFT JOIN unnest(%(weight_tenants)s::text[], %(weights)s::int[]) AS w(tenant, weight) ON w.tenant = f.tenant
+), chosen AS (
+    -- each tenant's part of the claim: its weight's share of :limit, at least one turn
+    SELECT tenant, weight, greatest(weight, ceil(%(limit)s::numeric * weight / sum(weight) OVER ()))::int AS n
+    FROM weighed
 ), ranked AS (
     SELECT p.id, p.priority, p.run_at,
-           row_number() OVER (PARTITION BY c.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS turn
-    FROM chosen AS c CROSS JOIN share AS s
+           (row_number() OVER (PARTITION BY c.tenant ORDER BY p.priority DESC, p.run_at, p.id) - 1) / c.weight AS turn
+    FROM chosen AS c
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM x_jobs
         WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
           AND coalesce(tenant_id, '') = c.tenant
         ORDER BY priority DESC, run_at, id
-        LIMIT s.n
+        LIMIT c.n
         FOR UPDATE SKIP LOCKED
     ) AS p
 ), picked AS (

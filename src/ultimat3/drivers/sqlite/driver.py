@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.fair import fair_claim
+from ultimat3.drivers.fair import check_weights, fair_claim
 from ultimat3.drivers.flow import Bucket, Candidate, admit, scan_size
 from ultimat3.drivers.protocol import (
     Ack,
@@ -528,6 +528,7 @@ class SqliteDriver:
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running``, in claim order."""
+        check_weights(request.weights)  # refused before anything is claimed
         if request.limit <= 0 or request.queues == () or request.names == ():
             return []
         query = "claim" if request.queues is None else "claim_queues"
@@ -581,7 +582,7 @@ class SqliteDriver:
         with self._fair_lock:
             start = self._fair_start.get(key, "")
         claimed, after = fair_claim(tenants_from, jobs_of, claim, lambda r: (-r["priority"], r["run_at"], r["id"]),
-                                    start, limit - len(rows))
+                                    start, limit - len(rows), request.weights)
         if after is not None:
             with self._fair_lock:
                 self._fair_start[key] = after

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ultimat3.core.clock import ManualClock
+from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import ClaimedJob, JobDriver
 
 from .helpers import claim, enqueue, get
@@ -87,3 +90,21 @@ def test_fair_and_flow_claims_compose(driver: JobDriver, clock: ManualClock) -> 
     claimed = fair(driver, 5, flow=True)
     assert sum(1 for c in claimed if c.job.id in governed) == 1
     assert tenants([c for c in claimed if c.job.id not in governed]) == ["a", "a", "b", "b"]
+
+
+def test_a_weighted_tenant_gets_that_many_jobs_a_turn(driver: JobDriver, clock: ManualClock) -> None:
+    queue_for(driver, "gold", 12)
+    queue_for(driver, "tin", 12)
+    clock.advance(1)
+    claimed = fair(driver, 8, weights={"gold": 3})
+    assert tenants(claimed) == ["gold"] * 6 + ["tin"] * 2
+
+
+@pytest.mark.parametrize("weights", [{"a": 0}, {"a": -1}, {"a": 1.5}, {"a": True}, {"a\x00": 2}, {"a": 10**6}])
+def test_unusable_weights_are_refused_coded(driver: JobDriver, clock: ManualClock, weights: dict[str, Any]) -> None:
+    queue_for(driver, "a", 1)
+    clock.advance(1)
+    with pytest.raises(XError) as raised:
+        fair(driver, 5, weights=weights)
+    assert raised.value.code == "X_FAIR_WEIGHT"
+    assert fair(driver, 5) != []  # nothing was claimed by the refused call
