@@ -110,3 +110,35 @@ def test_readme_testing_example_runs_as_written(tmp_path: Path) -> None:
     test = namespace["test_a_reminder_is_sent_once_then_followed_up"]
     assert callable(test)
     test()
+
+
+def test_readme_flow_control_example_enforces_what_it_says(tmp_path: Path) -> None:
+    from ultimat3.core.clock import ManualClock
+    from ultimat3.drivers.memory.driver import MemoryDriver
+    from ultimat3.drivers.protocol import ClaimRequest
+    from ultimat3.jobs import get_job
+    from ultimat3.tenancy import operator_context
+
+    with isolated_registry():
+        source = tmp_path / "readme_flow.py"
+        source.write_text(readme_block("crm.sync"), encoding="utf-8")
+        exec(compile(source.read_text(encoding="utf-8"), str(source), "exec"), {"__name__": "readme_flow"})
+        sync, send, reindex = (get_job(name) for name in ("crm.sync", "mail.send", "search.reindex"))
+        assert sync is not None and send is not None and reindex is not None
+        clock = ManualClock(1_800_000_000.0)
+        driver = MemoryDriver(clock)
+        with operator_context("ops:readme", "the README's flow example"):
+            for _ in range(3):
+                sync.enqueue({"org_id": "acme"}, driver=driver)
+            for n in range(20):
+                send.enqueue({"org_id": f"o{n}", "to": "a@example.com"}, driver=driver)
+            first = reindex.enqueue(driver=driver)
+            second = reindex.enqueue(driver=driver)
+        clock.advance(1)
+        claimed = driver.claim(ClaimRequest(worker_id="w", limit=100, flow=True))
+        by_name = [c.job.name for c in claimed]
+        assert by_name.count("crm.sync") == 2  # 2 per org
+        assert by_name.count("mail.send") == 14  # the burst, shared across orgs by group="smtp"
+        assert by_name.count("search.reindex") == 1
+        old = driver.introspect.get(first.id)
+        assert old is not None and old.state == "cancelled" and second.id != first.id
