@@ -84,7 +84,7 @@ def fair_claim(tenants_from: Callable[[str, int], list[str]], jobs_of: Callable[
         picked = fair_order(heads, key, left)
         if picked:
             claimed += claim(picked)
-            next_start = max(tenants) + "\x01"
+            next_start = fair_start_after(tenants)
         elif not begin:
             break  # from the first tenant on, nothing is due
         begin = ""

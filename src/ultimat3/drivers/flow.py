@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["WHOLE_TOKEN", "Admission", "Bucket", "Candidate", "admit", "scan_size"]
 
@@ -45,6 +46,13 @@ class Candidate:
     rate_per_second: float | None
     rate_burst: int | None
 
+    @classmethod
+    def of(cls, row: Any) -> Candidate:
+        """From a row (or object) carrying the job's id and flow columns by name."""
+        get = row.__getitem__ if hasattr(row, "__getitem__") else lambda name: getattr(row, name)
+        return cls(get("id"), get("flow_key"), get("flow_max"), get("rate_key"), get("rate_per_second"),
+                   get("rate_burst"))
+
 
 @dataclass(frozen=True)
 class Bucket:
@@ -55,6 +63,11 @@ class Bucket:
     at: float
     per_second: float
     burst: int
+
+    @classmethod
+    def of(cls, row: Any) -> Bucket:
+        """From an ``x_rates`` row read by column name (``at`` as epoch seconds)."""
+        return cls(row["key"], float(row["tokens"]), float(row["at"]), float(row["per_second"]), int(row["burst"]))
 
     def level(self, now: float) -> float:
         """Tokens available at ``now`` (refilled at the rate, never above the burst)."""

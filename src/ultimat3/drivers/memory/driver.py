@@ -293,8 +293,7 @@ class MemoryDriver:
             bucket = None if job.rate_key is None else rates.get(job.rate_key)
             return not full and (bucket is None or bucket.level(now) >= WHOLE_TOKEN)
 
-        candidates = [Candidate(j.id, j.flow_key, j.flow_max, j.rate_key, j.rate_per_second, j.rate_burst)
-                      for j in governed if open_to(j)][: scan_size(limit)]
+        candidates = [Candidate.of(j) for j in governed if open_to(j)][: scan_size(limit)]
         decided = admit(candidates, running, rates, now, limit)
         for bucket in decided.buckets:
             rates[bucket.key] = bucket

@@ -25,8 +25,7 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
     wake_at = _next_token(cur, base)
     if not found:
         return [], wake_at, False
-    candidates = [Candidate(row["id"], row["flow_key"], row["flow_max"], row["rate_key"], row["rate_per_second"],
-                            row["rate_burst"]) for row in found]
+    candidates = [Candidate.of(row) for row in found]
     flow_keys = sorted({c.flow_key for c in candidates if c.flow_key is not None})
     shapes = {c.rate_key: (c.rate_per_second, c.rate_burst) for c in candidates if c.rate_key is not None}
     rate_keys = sorted(shapes)
@@ -39,8 +38,7 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
         cur.execute(_Q["flow_bucket_init"], {"keys": rate_keys, "now": base["now"],
                                              "per_seconds": [shapes[k][0] for k in rate_keys],
                                              "bursts": [shapes[k][1] for k in rate_keys]})
-        buckets = {row["key"]: Bucket(row["key"], row["tokens"], row["at"], row["per_second"], row["burst"])
-                   for row in cur.execute(_Q["flow_buckets"], {"keys": rate_keys})}
+        buckets = {row["key"]: Bucket.of(row) for row in cur.execute(_Q["flow_buckets"], {"keys": rate_keys})}
     decided = admit(candidates, running, buckets, now, limit)
     if decided.wake_at is not None:
         wake_at = decided.wake_at if wake_at is None else min(wake_at, decided.wake_at)

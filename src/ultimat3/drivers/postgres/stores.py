@@ -82,7 +82,7 @@ class PostgresIntrospection:
     def rate_bucket(self, rate_key: str) -> Bucket | None:
         """The bucket of ``rate_key`` as stored."""
         row = self._db.run(lambda conn, _: _rows(conn).execute(_Q["flow_bucket"], {"key": rate_key}).fetchone())
-        return None if row is None else Bucket(row["key"], row["tokens"], row["at"], row["per_second"], row["burst"])
+        return None if row is None else Bucket.of(row)
 
     def waiting_names(self) -> list[WaitingName]:
         """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""

@@ -597,13 +597,11 @@ class SqliteDriver:
         wake_at = None if row is None or row["wake_at"] is None else float(row["wake_at"])
         if not found:
             return [], wake_at, False
-        candidates = [Candidate(r["id"], r["flow_key"], r["flow_max"], r["rate_key"], r["rate_per_second"],
-                                r["rate_burst"]) for r in found]
+        candidates = [Candidate.of(r) for r in found]
         flow_keys = json.dumps(sorted({c.flow_key for c in candidates if c.flow_key is not None}))
         rate_keys = json.dumps(sorted({c.rate_key for c in candidates if c.rate_key is not None}))
         running = {r["flow_key"]: r["n"] for r in conn.execute(QUERIES["flow_running"], {"keys": flow_keys})}
-        buckets = {r["key"]: Bucket(r["key"], r["tokens"], r["at"], r["per_second"], r["burst"])
-                   for r in conn.execute(QUERIES["flow_buckets"], {"keys": rate_keys})}
+        buckets = {r["key"]: Bucket.of(r) for r in conn.execute(QUERIES["flow_buckets"], {"keys": rate_keys})}
         decided = admit(candidates, running, buckets, now, limit)
         if decided.wake_at is not None:
             wake_at = decided.wake_at if wake_at is None else min(wake_at, decided.wake_at)

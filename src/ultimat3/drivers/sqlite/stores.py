@@ -111,8 +111,7 @@ class SqliteIntrospection:
     def rate_bucket(self, rate_key: str) -> Bucket | None:
         """The bucket of ``rate_key`` as stored."""
         rows = self._driver._rows("flow_bucket", {"key": rate_key})
-        return None if not rows else Bucket(rows[0]["key"], rows[0]["tokens"], rows[0]["at"], rows[0]["per_second"],
-                                            rows[0]["burst"])
+        return Bucket.of(rows[0]) if rows else None
 
     def waiting_names(self) -> builtins.list[WaitingName]:
         """Every (queue, name) with jobs ready, delayed or suspended, by queue then name."""

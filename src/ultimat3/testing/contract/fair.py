@@ -26,11 +26,13 @@ def queue_for(driver: JobDriver, tenant: str | None, count: int, **fields: Any) 
 
 
 def fair(driver: JobDriver, limit: int, **fields: Any) -> list[ClaimedJob]:
+    """A fair claim (an hour's visibility unless given)."""
     fields.setdefault("visibility_timeout", 3600.0)
     return claim(driver, "w1", limit=limit, fair=True, **fields)
 
 
 def tenants(claimed: list[ClaimedJob]) -> list[str | None]:
+    """The claimed jobs' tenants, sorted (no tenant first)."""
     return sorted((c.job.tenant_id for c in claimed), key=lambda t: t or "")
 
 

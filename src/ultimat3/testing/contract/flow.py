@@ -44,6 +44,7 @@ def flow_claim(driver: JobDriver, limit: int = 10, worker: str = "w1", **fields:
 
 
 def ids(claimed: list[ClaimedJob]) -> set[str]:
+    """The ids of what a claim returned."""
     return {c.job.id for c in claimed}
 
 
