@@ -171,7 +171,7 @@ class Worker:
         self.prune_after = prune_after
         #: Serve tenants in turn rather than in one claim order (``ClaimRequest.fair``), with these
         #: jobs per turn by tenant (``None``: one each).
-        self.fair = fair is not False
+        self.fair = isinstance(fair, Mapping) or bool(fair)
         self.weights: dict[str, int] | None = dict(fair) if isinstance(fair, Mapping) else None
         check_weights(self.weights)
         #: Whether this worker fires the schedules of the jobs it runs (every worker may: each tick
