@@ -190,6 +190,9 @@ def test_concurrency_and_rate_together(driver: JobDriver, clock: ManualClock) ->
     [held] = flow_claim(driver)  # the burst allows it, the slot is free again
     assert held.job.id == jobs[1]
     assert flow_claim(driver) == []
+    # Only the two starts spent a token: a job turned away by its full key spends none.
+    bucket = driver.introspect.rate_bucket("r")
+    assert bucket is not None and bucket.level(clock.now()) == pytest.approx(3.0)
 
 
 def test_records_carry_the_flow_fields(driver: JobDriver) -> None:
