@@ -940,7 +940,9 @@ class JobDriver(Protocol):
         ...
 
     def prune(self, older_than: float) -> int:
-        """Delete finished jobs (and their steps) with ``finished_at <= now - older_than``; returns the count."""
+        """Delete finished jobs (and their steps) with ``finished_at <= now - older_than``; returns the count.
+        Also forgets the rate buckets that are full again (a missing bucket reads as full, so
+        nothing a claim decides changes; a key used once no longer keeps a row forever)."""
         ...
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:

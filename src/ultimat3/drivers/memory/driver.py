@@ -424,7 +424,11 @@ class MemoryDriver:
     def prune(self, older_than: float) -> int:
         """Delete finished jobs finished at or before ``now - older_than``, and their steps."""
         with self._store.lock:
-            cutoff = self.clock.now() - older_than
+            now = self.clock.now()
+            cutoff = now - older_than
+            # A bucket back at its burst reads the same as none (see JobDriver.prune).
+            for key in [k for k, b in self._store.rates.items() if b.level(now) >= b.burst]:
+                del self._store.rates[key]
             doomed = [
                 job
                 for job in self._store.jobs.values()

@@ -667,6 +667,7 @@ class PostgresDriver:
         In chunks of :data:`PRUNE_CHUNK` rows, each its own statement, oldest first.
         """
         params = {"cutoff": to_datetime(self.clock.now() - older_than), "chunk": PRUNE_CHUNK}
+        self._db.run(lambda conn, _: conn.execute(_Q["flow_forget_full"], {"now": to_datetime(self.clock.now())}))
         total = 0
         while True:
             row = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["prune_chunk"], params).fetchone())

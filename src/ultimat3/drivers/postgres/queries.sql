@@ -430,6 +430,13 @@ SET state = 'running',
 WHERE j.id = ANY(%(ids)s::text[]) AND j.state IN ('ready', 'delayed', 'suspended')
 RETURNING j.*
 
+-- name: flow_forget_full
+-- Buckets that have refilled to their burst carry nothing a missing one would not (a claim makes
+-- a missing bucket full): pruned. A bucket a claim holds locked is re-read once it commits, and
+-- stays when that claim spent a token.
+DELETE FROM x_rates
+WHERE tokens + greatest(0, extract(epoch FROM %(now)s - at)) * per_second >= burst
+
 -- name: flow_holders
 SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = %(key)s ORDER BY updated_at, id
 

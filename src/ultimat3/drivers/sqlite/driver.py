@@ -717,6 +717,7 @@ class SqliteDriver:
         """Delete jobs finished at least ``older_than`` seconds ago, and the steps of their runs."""
 
         def run(conn: sqlite3.Connection, now: float) -> int:
+            conn.execute(QUERIES["flow_forget_full"], {"now": now})
             run_ids = [row[0] for row in conn.execute(QUERIES["prune_delete_jobs"], {"cutoff": now - older_than})]
             if run_ids:
                 conn.execute(QUERIES["prune_delete_steps"], {"run_ids": json.dumps(run_ids)})

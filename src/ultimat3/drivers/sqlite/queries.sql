@@ -121,6 +121,10 @@ SET state = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'suspended')
 RETURNING *;
 
+-- name: flow_forget_full
+-- Buckets that have refilled to their burst carry nothing a missing one would not: pruned.
+DELETE FROM x_rates WHERE tokens + max(0, :now - at) * per_second >= burst;
+
 -- name: flow_holders
 SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = :key ORDER BY updated_at, id;
 

@@ -275,3 +275,23 @@ def test_slot_holders_and_rate_buckets_are_readable(driver: JobDriver, clock: Ma
     assert bucket.tokens == pytest.approx(2.0)
     assert bucket.at == pytest.approx(clock.now(), abs=1e-3)
     assert bucket.level(clock.now() + 0.125) == pytest.approx(2.5)
+
+
+def test_prune_forgets_buckets_that_are_full_again(driver: JobDriver, clock: ManualClock) -> None:
+    for key in ("quiet", "busy"):
+        rated(driver, key, per_second=1, burst=2)
+    clock.advance(1)
+    assert len(flow_claim(driver)) == 2
+    for _ in range(4):
+        rated(driver, "busy", per_second=1, burst=2)
+    clock.advance(1)  # quiet: 1 + 1 s of refill = 2 = full; busy: spent its refilled token again
+    assert len(flow_claim(driver)) == 2
+    driver.prune(3600)
+    assert driver.introspect.rate_bucket("quiet") is None
+    busy = driver.introspect.rate_bucket("busy")
+    assert busy is not None and busy.level(clock.now()) < 1
+    # A forgotten bucket starts full, as it was: the rate is what it would have been.
+    rated(driver, "quiet", per_second=1, burst=2)
+    rated(driver, "quiet", per_second=1, burst=2)
+    rated(driver, "quiet", per_second=1, burst=2)
+    assert len([c for c in flow_claim(driver) if c.job.rate_key == "quiet"]) == 2
