@@ -21,8 +21,8 @@ from typing import TypeVar
 from ultimat3.core.errors import ConfigError
 from ultimat3.drivers.values import is_storable_text
 
-__all__ = ["MAX_WEIGHT", "PASSES", "check_weights", "choose_tenants", "fair_claim", "fair_order", "fair_start_after",
-           "share", "weight_arrays", "weight_of"]
+__all__ = ["MAX_WEIGHT", "PASSES", "check_weights", "choose_tenants", "fair_claim", "fair_order", "fair_passes",
+           "fair_start_after", "share", "weight_arrays", "weight_of"]
 
 T = TypeVar("T")
 #: Passes one fair claim makes at most: from the cursor, then from the first tenant while tenants
@@ -59,17 +59,12 @@ def fair_order(heads: Sequence[tuple[int, Sequence[T]]], key: Callable[[T], tupl
     return [job for _, _, job in ranked[:limit]]
 
 
-def fair_claim(tenants_from: Callable[[str, int], list[str]], jobs_of: Callable[[str, int], list[T]],
-               claim: Callable[[list[T]], list[T]], key: Callable[[T], tuple[object, ...]], start: str,
-               limit: int, weights: Mapping[str, int] | None = None) -> tuple[list[T], str | None]:
-    """One fair claim as SQLite and memory run it, inside the caller's lock: a pass from ``start``
-    and, while that leaves room, passes from the first tenant (at most :data:`PASSES` in all).
-    ``tenants_from(start, n)``: up to ``n`` tenants with due jobs from ``start`` in byte order;
-    ``jobs_of(tenant, n)``: its first ``n`` due jobs in claim order; ``claim(jobs)``: move them to
-    running (so a later pass does not see them again) and return them as claimed; ``weights``:
-    turns per round by tenant (1 for the others). Returns the claimed jobs and the next start
-    (``None``: nothing was claimed, keep the cursor)."""
-    check_weights(weights)
+def fair_passes(run_pass: Callable[[str, int], tuple[list[T], list[str | None]]], start: str,
+                limit: int) -> tuple[list[T], str | None]:
+    """The passes of one fair claim, as every driver runs them: one from ``start`` and, while that
+    leaves room, from the first tenant (at most :data:`PASSES` in all). ``run_pass(begin, left)``
+    claims up to ``left`` jobs from tenant ``begin`` on and returns them with the tenants it served.
+    Returns the claimed jobs and the next start (``None``: nothing was claimed, keep the cursor)."""
     claimed: list[T] = []
     next_start: str | None = None
     begin = start
@@ -77,18 +72,34 @@ def fair_claim(tenants_from: Callable[[str, int], list[str]], jobs_of: Callable[
         left = limit - len(claimed)
         if left <= 0:
             break
-        tenants = tenants_from(begin, left)
-        weight = {tenant: weight_of(weights, tenant) for tenant in tenants}
-        total = sum(weight.values())
-        heads = [(weight[t], jobs_of(t, share(left, weight[t], total))) for t in tenants]
-        picked = fair_order(heads, key, left)
-        if picked:
-            claimed += claim(picked)
-            next_start = fair_start_after(tenants)
+        got, served = run_pass(begin, left)
+        if got:
+            claimed += got
+            next_start = fair_start_after(served)
         elif not begin:
             break  # from the first tenant on, nothing is due
         begin = ""
     return claimed, next_start
+
+
+def fair_claim(tenants_from: Callable[[str, int], list[str]], jobs_of: Callable[[str, int], list[T]],
+               claim: Callable[[list[T]], list[T]], key: Callable[[T], tuple[object, ...]], start: str,
+               limit: int, weights: Mapping[str, int] | None = None) -> tuple[list[T], str | None]:
+    """One fair claim as SQLite and memory run it, inside the caller's lock (:func:`fair_passes`
+    with a pass made of these steps). ``tenants_from(start, n)``: up to ``n`` tenants with due jobs
+    from ``start`` in byte order; ``jobs_of(tenant, n)``: its first ``n`` due jobs in claim order;
+    ``claim(jobs)``: move them to running (so a later pass does not see them again) and return them
+    as claimed; ``weights``: jobs per turn by tenant (1 for the others; checked by the claim)."""
+
+    def run_pass(begin: str, left: int) -> tuple[list[T], list[str | None]]:
+        tenants = tenants_from(begin, left)
+        weight = {tenant: weight_of(weights, tenant) for tenant in tenants}
+        total = sum(weight.values())
+        picked = fair_order([(weight[t], jobs_of(t, share(left, weight[t], total))) for t in tenants], key, left)
+        # Every chosen tenant gets its first turn (there are at most ``left`` of them).
+        return (claim(picked), list(tenants)) if picked else ([], [])
+
+    return fair_passes(run_pass, start, limit)
 
 
 def weight_of(weights: Mapping[str, int] | None, tenant: str | None) -> int:
@@ -120,7 +131,6 @@ def check_weights(weights: Mapping[str, int] | None) -> None:
 
 
 def weight_arrays(weights: Mapping[str, int] | None) -> tuple[list[str], list[int]]:
-    """The weights as two parallel arrays (tenants, weights) for a SQL parameter (checked)."""
-    check_weights(weights)
+    """The weights as two parallel arrays (tenants, weights) for a SQL parameter."""
     items = sorted((weights or {}).items())
     return [tenant for tenant, _ in items], [weight for _, weight in items]

@@ -23,12 +23,11 @@ another worker takes the job over (in the same slot).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WHOLE_TOKEN", "Admission", "Bucket", "Candidate", "admit", "scan_size"]
+__all__ = ["WHOLE_TOKEN", "Admission", "Bucket", "Candidate", "admit", "earliest", "scan_size"]
 
 #: A bucket holding this much has a whole token: times round-trip through microsecond columns
 #: and float epochs, so a refill that is due exactly now may read a hair under 1.
@@ -72,6 +71,16 @@ class Bucket:
     def level(self, now: float) -> float:
         """Tokens available at ``now`` (refilled at the rate, never above the burst)."""
         return min(float(self.burst), self.tokens + max(0.0, now - self.at) * self.per_second)
+
+    def next_token(self, now: float) -> float:
+        """When the bucket holds a whole token (``now`` when it already does)."""
+        return now + max(0.0, 1.0 - self.level(now)) / self.per_second
+
+
+def earliest(*times: float | None) -> float | None:
+    """The earliest of the given wake-up times, ``None`` when none is given."""
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
 
 
 @dataclass(frozen=True)
@@ -122,15 +131,12 @@ def admit(candidates: Iterable[Candidate], running: Mapping[str, int], buckets: 
             if bucket.tokens < WHOLE_TOKEN:
                 refused = True
                 levels[job.rate_key] = bucket
-                wait = (1.0 - bucket.tokens) / per_second
-                wake_at = now + wait if wake_at is None else min(wake_at, now + wait)
+                wake_at = earliest(wake_at, bucket.next_token(now))
                 continue
             bucket = Bucket(bucket.key, max(0.0, bucket.tokens - 1.0), now, per_second, burst)
             levels[job.rate_key] = touched[job.rate_key] = bucket
         if job.flow_key is not None:
             held[job.flow_key] = held.get(job.flow_key, 0) + 1
         ids.append(job.id)
-    if wake_at is not None and not math.isfinite(wake_at):
-        wake_at = None
     return Admission(ids, list(touched.values()), wake_at, refused)
 

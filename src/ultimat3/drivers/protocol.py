@@ -149,7 +149,8 @@ class ClaimBatch(list["ClaimedJob"]):
     """What :meth:`JobDriver.claim` returns: the claimed jobs, and ``wake_at`` (epoch seconds of the
     driver's clock, ``None`` when there is nothing to wait for): when a job this claim passed over
     for a rate limit gets its token, so a claimer that found too little can come back then instead
-    of at its next poll; and ``more``: this claim turned jobs away at a limit it filled itself, so a
+    of at its next poll (``None`` too when the claim filled its limit: its claimer claims again at
+    once); and ``more``: this claim turned jobs away at a limit it filled itself, so a
     claim made at once may find others it did not reach (the next one leaves that key out)."""
 
     wake_at: float | None = None

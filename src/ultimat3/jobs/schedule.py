@@ -29,8 +29,8 @@ from cronsim import CronSim, CronSimError
 from ultimat3.core.errors import ConfigError, fail
 from ultimat3.jobs.duration import DurationInput, parse_duration
 
-__all__ = ["CATCH_UP_LIMIT", "SCHEDULE_PREFIX", "CatchUp", "Schedule", "ScheduleInput", "cron", "every", "tick_of",
-           "tick_text"]
+__all__ = ["CATCH_UP_LIMIT", "SCHEDULE_PREFIX", "CatchUp", "Schedule", "ScheduleInput", "cron", "every",
+           "schedule_of", "tick_of", "tick_text"]
 
 CatchUp = Literal["latest", "all", "skip"]
 #: ``catch_up="all"`` fires at most this many missed ticks (the newest ones), however long the gap.
@@ -48,6 +48,13 @@ SCHEDULE_PREFIX = "schedule:"
 def tick_text(tick: float) -> str:
     """A tick as ISO-8601 UTC with a ``Z`` (what keys and ``enqueued_by`` carry)."""
     return datetime.fromtimestamp(tick, UTC).isoformat().replace("+00:00", "Z")
+
+
+def schedule_of(enqueued_by: str | None) -> str | None:
+    """The key of the schedule that enqueued a run, read from its ``enqueued_by`` (else ``None``)."""
+    if not enqueued_by or not enqueued_by.startswith(SCHEDULE_PREFIX) or "@" not in enqueued_by:
+        return None
+    return enqueued_by[len(SCHEDULE_PREFIX):].rsplit("@", 1)[0]
 
 
 def tick_of(enqueued_by: str | None) -> datetime | None:

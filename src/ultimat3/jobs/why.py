@@ -18,7 +18,7 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import XError
 from ultimat3.drivers.flow import WHOLE_TOKEN
 from ultimat3.drivers.protocol import CLAIM_STARVATION_BOUND, FINAL_STATES, JobDriver, JobRecord
-from ultimat3.jobs.schedule import SCHEDULE_PREFIX
+from ultimat3.jobs.schedule import schedule_of
 
 __all__ = ["WaitExplanation", "WaitReason", "why_waiting"]
 
@@ -119,10 +119,9 @@ def why_waiting(driver: JobDriver, job_id: str) -> WaitExplanation:
 def _paused_schedule(driver: JobDriver, job: JobRecord) -> WaitReason | None:
     """A run its schedule enqueued, while that schedule is paused: said, though it does not hold
     this run back (a pause stops the next ticks, not what a past tick enqueued)."""
-    by = job.enqueued_by or ""
-    if not by.startswith(SCHEDULE_PREFIX) or "@" not in by:
+    key = schedule_of(job.enqueued_by)
+    if key is None:
         return None
-    key = by[len(SCHEDULE_PREFIX):].rsplit("@", 1)[0]
     record = driver.schedules.get(key)
     if record is None or not record.paused:
         return None
@@ -146,7 +145,7 @@ def _flow_reasons(driver: JobDriver, job: JobRecord, now: float) -> list[WaitRea
     if job.rate_key is not None:
         bucket = driver.introspect.rate_bucket(job.rate_key)
         if bucket is not None and bucket.level(now) < WHOLE_TOKEN:
-            wait = (1.0 - bucket.level(now)) / bucket.per_second
+            wait = bucket.next_token(now) - now
             at = to_datetime(now + wait).isoformat(timespec="milliseconds")
             reasons.append(WaitReason("rate-limit", f"its rate key {job.rate_key!r} allows {_rate(bucket.per_second)} "
                                                     f"(burst {bucket.burst}) and has no token now; the next comes "

@@ -17,7 +17,7 @@ from typing import Any
 from ultimat3.core.clock import Clock, system_clock
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.fair import check_weights, choose_tenants, fair_claim
-from ultimat3.drivers.flow import WHOLE_TOKEN, Admission, Candidate, admit, scan_size
+from ultimat3.drivers.flow import WHOLE_TOKEN, Admission, Candidate, admit, earliest, scan_size
 from ultimat3.drivers.memory.operations import MemoryAuditLog, MemoryQueueControl, close_ledger, memory_bulk
 from ultimat3.drivers.memory.schedules import MemoryScheduleStore
 from ultimat3.drivers.memory.state import (
@@ -297,10 +297,10 @@ class MemoryDriver:
         decided = admit(candidates, running, rates, now, limit)
         for bucket in decided.buckets:
             rates[bucket.key] = bucket
-        hints = [b.at + (1.0 - b.tokens) / b.per_second for b in empty]
-        if decided.wake_at is not None:
-            hints.append(decided.wake_at)
-        return Admission(decided.ids, decided.buckets, min(hints) if hints else None, decided.refused)
+        # As the SQL drivers: a claim that filled its limit needs no wake-up hint.
+        wake_at = None if len(decided.ids) >= limit else earliest(decided.wake_at,
+                                                                   *(b.next_token(now) for b in empty))
+        return Admission(decided.ids, decided.buckets, wake_at, decided.refused)
 
     def ack(self, job_id: str, claim_token: str, result: Any = None) -> bool:
         """Mark ``done`` with ``result`` if still running under ``claim_token``."""

@@ -38,7 +38,7 @@ from ultimat3.core.clock import Clock, ReferenceClock, to_datetime
 from ultimat3.core.errors import first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
-from ultimat3.drivers.fair import PASSES, check_weights, fair_start_after, weight_arrays
+from ultimat3.drivers.fair import check_weights, fair_passes, weight_arrays
 from ultimat3.drivers.postgres.aio import AsyncBatcher, AsyncPools, enqueue_on_async
 from ultimat3.drivers.postgres.batch import batch_steps, drive, race_lost
 from ultimat3.drivers.postgres.cursors import ClaimCursors
@@ -511,27 +511,25 @@ class PostgresDriver:
 
     def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, request: ClaimRequest,
                     limit: int) -> list[Row]:
-        """Round-robin by tenant from this driver's cursor for ``queues``, then from the first tenant
-        while the claim found fewer than ``limit`` (see :func:`ultimat3.drivers.fair.fair_claim`)."""
+        """Round-robin by tenant from this driver's cursor for ``queues``, one ``claim_fair`` statement
+        per pass (see :func:`ultimat3.drivers.fair.fair_passes`)."""
         if limit <= 0:
             return []
         key = None if queues is None else tuple(queues)
         with self._fair_lock:
             start = self._fair_start.get(key, "")
         tenants, weights = weight_arrays(request.weights)
-        rows: list[Row] = []
-        for _ in range(PASSES):
-            served = cur.execute(_Q["claim_fair"], {**base, "queues": queues, "start": start, "weight_tenants": tenants,
-                                                    "weights": weights, "limit": limit - len(rows)}).fetchall()
-            if served:
-                rows += served
-                with self._fair_lock:
-                    self._fair_start[key] = fair_start_after(row["tenant_id"] for row in served)
-            elif not start:
-                break  # from the first tenant on, nothing is due
-            if len(rows) >= limit:
-                break
-            start = ""
+
+        def run_pass(begin: str, left: int) -> tuple[list[Row], list[str | None]]:
+            served: list[Row] = cur.execute(_Q["claim_fair"], {
+                **base, "queues": queues, "start": begin, "weight_tenants": tenants, "weights": weights,
+                "limit": left}).fetchall()
+            return served, [row["tenant_id"] for row in served]
+
+        rows, after = fair_passes(run_pass, start, limit)
+        if after is not None:
+            with self._fair_lock:
+                self._fair_start[key] = after
         return rows
 
     @fenced_key(lambda: False)

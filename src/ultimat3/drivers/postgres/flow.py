@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ultimat3.core.clock import to_datetime
-from ultimat3.drivers.flow import Bucket, Candidate, admit, scan_size
+from ultimat3.drivers.flow import Bucket, Candidate, admit, earliest, scan_size
 from ultimat3.drivers.postgres.rows import _Q, Conn, Row, _rows
 
 
@@ -22,9 +22,8 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
     candidate was turned away (see :class:`~ultimat3.drivers.flow.Admission`)."""
     cur = _rows(conn)
     found = cur.execute(_Q["flow_candidates"], {**base, "queues": queues, "scan": scan_size(limit)}).fetchall()
-    wake_at = _next_token(cur, base)
     if not found:
-        return [], wake_at, False
+        return [], _next_token(cur, base), False
     candidates = [Candidate.of(row) for row in found]
     flow_keys = sorted({c.flow_key for c in candidates if c.flow_key is not None})
     shapes = {c.rate_key: (c.rate_per_second, c.rate_burst) for c in candidates if c.rate_key is not None}
@@ -40,8 +39,8 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
                                              "bursts": [shapes[k][1] for k in rate_keys]})
         buckets = {row["key"]: Bucket.of(row) for row in cur.execute(_Q["flow_buckets"], {"keys": rate_keys})}
     decided = admit(candidates, running, buckets, now, limit)
-    if decided.wake_at is not None:
-        wake_at = decided.wake_at if wake_at is None else min(wake_at, decided.wake_at)
+    # A claim that filled its limit is followed by another at once: it needs no wake-up hint.
+    wake_at = None if len(decided.ids) >= limit else earliest(decided.wake_at, _next_token(cur, base))
     if decided.buckets:
         cur.execute(_Q["flow_bucket_store"], {
             "keys": [b.key for b in decided.buckets], "tokens": [b.tokens for b in decided.buckets],
@@ -53,5 +52,6 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
 
 
 def _next_token(cur: Any, base: dict[str, Any]) -> float | None:
+    """When the first bucket that is empty now (this claim's candidates left it out) refills."""
     row = cur.execute(_Q["flow_next_token"], {"now": base["now"]}).fetchone()
     return None if row is None or row["wake_at"] is None else float(row["wake_at"])

@@ -152,6 +152,10 @@ state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
       AND flow_key IS NULL AND rate_key IS NULL
 
+-- name: _in_queues
+-- In the queues a claim names (all of them when it names none).
+(%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+
 -- name: _claim
 UPDATE x_jobs AS j
 SET state = 'running',
@@ -310,12 +314,12 @@ WITH picked AS (
 -- tenant's weight, 1 unless :weights says otherwise). No tenant -- tenant='none' -- is the tenant ''.
 WITH RECURSIVE tenants AS (
     (SELECT coalesce(tenant_id, '') AS tenant FROM x_jobs
-     WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+     WHERE {{_claimable}} AND {{_in_queues}}
        AND coalesce(tenant_id, '') >= %(start)s
      ORDER BY coalesce(tenant_id, '') LIMIT 1)
     UNION ALL
     SELECT (SELECT coalesce(tenant_id, '') FROM x_jobs
-            WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+            WHERE {{_claimable}} AND {{_in_queues}}
               AND coalesce(tenant_id, '') > t.tenant
             ORDER BY coalesce(tenant_id, '') LIMIT 1)
     FROM tenants AS t WHERE t.tenant IS NOT NULL
@@ -334,7 +338,7 @@ WITH RECURSIVE tenants AS (
     FROM chosen AS c
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM x_jobs
-        WHERE {{_claimable}} AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+        WHERE {{_claimable}} AND {{_in_queues}}
           AND coalesce(tenant_id, '') = c.tenant
         ORDER BY priority DESC, run_at, id
         LIMIT c.n
@@ -352,7 +356,7 @@ WITH picked AS (
     SELECT id FROM x_jobs
     WHERE state = 'running' AND visible_at <= %(now)s AND visible_at > %(floor)s
       AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND {{_in_queues}}
       AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
     ORDER BY visible_at
     LIMIT %(limit)s
@@ -377,7 +381,7 @@ WITH picked AS (
 SELECT id, flow_key, flow_max, rate_key, rate_per_second, rate_burst FROM x_jobs
 WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
   AND (flow_key IS NOT NULL OR rate_key IS NOT NULL)
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND {{_in_queues}}
   AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
   AND queue NOT IN (SELECT queue FROM x_queues WHERE paused)
   AND (flow_key IS NULL OR flow_key NOT IN (

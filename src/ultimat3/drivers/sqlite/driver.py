@@ -22,7 +22,7 @@ from ultimat3.core.clock import Clock, system_clock
 from ultimat3.core.errors import XError
 from ultimat3.drivers.errors import DriverError, JobDuplicateError
 from ultimat3.drivers.fair import check_weights, fair_claim
-from ultimat3.drivers.flow import Bucket, Candidate, admit, scan_size
+from ultimat3.drivers.flow import Bucket, Candidate, admit, earliest, scan_size
 from ultimat3.drivers.protocol import (
     Ack,
     AuditLog,
@@ -593,18 +593,22 @@ class SqliteDriver:
         """The flow-controlled half of a claim (see :mod:`ultimat3.drivers.flow`), under the write
         lock the claim already holds: nothing can take a slot between the count and the claim."""
         found = conn.execute(QUERIES["flow_candidates"], {**params, "scan": scan_size(limit)}).fetchall()
-        row = conn.execute(QUERIES["flow_next_token"], {"now": now}).fetchone()
-        wake_at = None if row is None or row["wake_at"] is None else float(row["wake_at"])
+
+        def next_token() -> float | None:
+            # When the first bucket that is empty now (left out of the candidates) refills.
+            row = conn.execute(QUERIES["flow_next_token"], {"now": now}).fetchone()
+            return None if row is None or row["wake_at"] is None else float(row["wake_at"])
+
         if not found:
-            return [], wake_at, False
+            return [], next_token(), False
         candidates = [Candidate.of(r) for r in found]
         flow_keys = json.dumps(sorted({c.flow_key for c in candidates if c.flow_key is not None}))
         rate_keys = json.dumps(sorted({c.rate_key for c in candidates if c.rate_key is not None}))
         running = {r["flow_key"]: r["n"] for r in conn.execute(QUERIES["flow_running"], {"keys": flow_keys})}
         buckets = {r["key"]: Bucket.of(r) for r in conn.execute(QUERIES["flow_buckets"], {"keys": rate_keys})}
         decided = admit(candidates, running, buckets, now, limit)
-        if decided.wake_at is not None:
-            wake_at = decided.wake_at if wake_at is None else min(wake_at, decided.wake_at)
+        # A claim that filled its limit is followed by another at once: it needs no wake-up hint.
+        wake_at = None if len(decided.ids) >= limit else earliest(decided.wake_at, next_token())
         conn.executemany(QUERIES["flow_bucket_store"], [
             {"key": b.key, "tokens": b.tokens, "at": b.at, "per_second": b.per_second, "burst": b.burst}
             for b in decided.buckets])

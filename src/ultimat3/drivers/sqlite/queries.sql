@@ -133,36 +133,33 @@ SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key = :key;
 
 -- Fair claims (ClaimRequest.fair, see ultimat3.drivers.fair): the tenants with due jobs from :start in
 -- byte order, one probe of x_jobs_fair_idx each (a recursive skip scan), then each one's first jobs.
+-- name: _fair_due
+-- The rows a fair claim may take: waiting, due, under no flow control, in the claim's queues and
+-- names, in no paused queue (x_jobs_fair_idx's predicate, so its walks use it).
+state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
+  AND run_at <= :now
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
+  AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+
 -- name: fair_tenants
 WITH RECURSIVE t(tenant) AS (
     SELECT (SELECT coalesce(tenant_id, '') FROM x_jobs
-            WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
-              AND run_at <= :now
-              AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-              AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
-              AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+            WHERE {{_fair_due}}
               AND coalesce(tenant_id, '') >= :start
             ORDER BY coalesce(tenant_id, '') LIMIT 1)
     UNION ALL
-    SELECT (SELECT coalesce(j.tenant_id, '') FROM x_jobs AS j
-            WHERE j.state IN ('ready', 'delayed', 'suspended') AND j.flow_key IS NULL AND j.rate_key IS NULL
-              AND j.run_at <= :now
-              AND (:queues IS NULL OR j.queue IN (SELECT value FROM json_each(:queues)))
-              AND (:names IS NULL OR j.name IN (SELECT value FROM json_each(:names)))
-              AND j.queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
-              AND coalesce(j.tenant_id, '') > t.tenant
-            ORDER BY coalesce(j.tenant_id, '') LIMIT 1)
+    SELECT (SELECT coalesce(tenant_id, '') FROM x_jobs
+            WHERE {{_fair_due}}
+              AND coalesce(tenant_id, '') > t.tenant
+            ORDER BY coalesce(tenant_id, '') LIMIT 1)
     FROM t WHERE t.tenant IS NOT NULL
 )
 SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT :limit;
 
 -- name: fair_jobs
 SELECT id, priority, run_at FROM x_jobs
-WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
-  AND run_at <= :now
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
-  AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
+WHERE {{_fair_due}}
   AND coalesce(tenant_id, '') = :tenant
 ORDER BY priority DESC, run_at, id
 LIMIT :n;
