@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ultimat3.core.errors import ConfigError, check
 from ultimat3.drivers.values import INT32_MAX, text_problem
@@ -152,14 +152,15 @@ class FlowControl:
             problem = getattr(declared, "invalid", None)
             if problem is not None:
                 raise ConfigError(f"{where} declares {problem.message}", problem.hint, code=problem.code)
-        mode: SingletonMode | None = None if singleton in (None, False) else singleton  # type: ignore[assignment]
+        mode = None if singleton in (None, False) else cast(SingletonMode, singleton)
         if mode is not None:
             check(concurrency is None, f"{where} declares both singleton={singleton!r} and concurrency=",
                   "keep one: singleton=True is concurrency=limit(max=1) with no key", code="X_FLOW_SINGLETON")
             concurrency = Limit(max=1)
         if concurrency is None and rate is None:
             return None
-        return cls(job=job, concurrency=concurrency, rate=rate, singleton=mode)  # type: ignore[arg-type]
+        return cls(job=job, concurrency=cast(Limit | None, concurrency), rate=cast(RateLimit | None, rate),
+                   singleton=mode)
 
     def fields(self, value: Any) -> FlowFields:
         """The keys this input's run is counted under (``X_JOB_INPUT`` when a key function fails)."""
