@@ -113,6 +113,13 @@ def test_singleton_replace_cancels_the_live_run(memory: MemoryDriver) -> None:
     with pytest.raises(XError) as raised:
         handle.enqueue_many([{"org": "c"}, {"org": "d"}], driver=memory)
     assert raised.value.code == "X_FLOW_SINGLETON"
+    assert "2 inputs at once" in raised.value.message and raised.value.hint
+    with pytest.raises(XError) as raised:
+        handle.enqueue({"org": "c"}, driver=memory, connection=object())
+    assert raised.value.code == "X_FLOW_SINGLETON"
+    assert "connection=" in raised.value.message and raised.value.hint
+    live = [j for j in memory.introspect.list() if j.state not in ("cancelled",)]
+    assert [j.id for j in live] == [second.id]  # the refused enqueues wrote nothing, cancelled nothing
 
 
 def test_singleton_replace_async(memory: MemoryDriver) -> None:
