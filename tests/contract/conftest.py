@@ -49,7 +49,7 @@ def _reset_postgres(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE x_jobs, x_job_steps, x_backfills, x_backfill_failures, x_leases, x_workers, x_queues, "
-                     "x_audit, x_schedules, x_rates")
+                     "x_audit, x_schedules, x_rates, x_attempts")
         # The library's own migration rows stay: they describe the schema that is really there.
         conn.execute("DELETE FROM x_migrations WHERE id NOT LIKE 'x:%'")
 

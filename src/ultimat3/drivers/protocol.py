@@ -99,6 +99,32 @@ class JobRecord:
     rate_key: str | None = None
     rate_per_second: float | None = None
     rate_burst: int | None = None
+    #: When the current (or, once settled, the last) attempt was claimed.
+    started_at: datetime | None = None
+
+
+AttemptOutcome = Literal["running", "done", "failed", "dead", "suspended", "released", "cancelled", "lapsed", "lost"]
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a job, as ``x jobs show`` and the dashboard list them.
+
+    ``outcome``: ``running`` (still on ``worker_id``), ``done``, ``failed`` (it will be tried
+    again), ``dead`` (dead-lettered), ``suspended`` (a durable sleep gave the attempt back),
+    ``released`` (claimed but never started: the worker stopped), ``cancelled``, ``lapsed`` (its
+    claim ran out and another claim took the job over) or ``lost`` (its worker died and was
+    rescued). ``error`` is the error the attempt ended with, where it ended with one.
+    ``attempt`` numbers restart at 1 after an operator retry.
+    """
+
+    job_id: str
+    attempt: int
+    outcome: AttemptOutcome
+    worker_id: str | None
+    started_at: datetime | None
+    ended_at: datetime | None = None
+    error: str | None = None
 
 
 #: The starvation bound of every driver's claim, in seconds of its clock: a job that is runnable
@@ -543,6 +569,11 @@ class JobIntrospection(Protocol):
 
     def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
         """The ``running`` jobs under concurrency key ``flow_key`` (the slots in use), oldest claim first."""
+        ...
+
+    def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:
+        """Every attempt of ``job_id`` oldest first (the running or successful one last); ``[]``
+        for an unknown job or one never claimed."""
         ...
 
     def rate_bucket(self, rate_key: str) -> Bucket | None:

@@ -12,6 +12,9 @@ from datetime import datetime
 from typing import Any, Protocol, cast
 
 from ultimat3.drivers.protocol import (
+    WORKER_LOST,
+    AttemptOutcome,
+    AttemptRecord,
     BackfillKind,
     BackfillRun,
     BackfillStatus,
@@ -21,7 +24,8 @@ from ultimat3.drivers.protocol import (
     RowFailure,
 )
 
-__all__ = ["Decoders", "backfill_run", "job_record", "lease", "row_failure"]
+__all__ = ["Decoders", "attempt_history", "attempt_record", "backfill_run", "ended_outcome", "job_record", "lease",
+           "row_failure"]
 
 class Row(Protocol):
     """A row readable by column name (a dict, a ``sqlite3.Row``, a psycopg ``dict_row``)."""
@@ -77,7 +81,50 @@ def job_record(row: Row, decode: Decoders) -> JobRecord:
         rate_key=row["rate_key"],
         rate_per_second=row["rate_per_second"],
         rate_burst=row["rate_burst"],
+        started_at=decode.time_or_none(row["started_at"]),
     )
+
+
+def attempt_record(row: Row, decode: Decoders) -> AttemptRecord:
+    """An ``x_attempts`` row: an attempt that ended other than by success."""
+    return AttemptRecord(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        outcome=cast(AttemptOutcome, row["outcome"]),
+        worker_id=row["worker_id"],
+        started_at=decode.time_or_none(row["started_at"]),
+        ended_at=decode.time(row["ended_at"]),
+        error=row["error"],
+    )
+
+
+def ended_outcome(state: str, old_attempt: int, new_attempt: int, error: str | None) -> AttemptOutcome:
+    """How a running attempt ended, from the row it left behind: the rule x_jobs_attempt_ended
+    applies in SQL (the memory driver applies it here)."""
+    if state == "running":
+        return "lapsed"
+    if state in ("dead", "cancelled", "suspended"):
+        return cast(AttemptOutcome, state)
+    if new_attempt < old_attempt:
+        return "released"
+    if error is not None and error.startswith(WORKER_LOST.split(":", 1)[0]):
+        return "lost"
+    return "failed"
+
+
+def attempt_history(job: JobRecord | None, ended: list[AttemptRecord]) -> list[AttemptRecord]:
+    """The whole history: the attempts ``x_attempts`` recorded, then the one the job row itself
+    holds -- the attempt running now, or the one that succeeded (the hot path writes no history
+    row for it: the row's ``claimed_by``, ``started_at`` and ``finished_at`` are that attempt)."""
+    if job is None:
+        return []
+    history = list(ended)
+    if job.state == "running" or (job.state == "done" and job.attempt > 0):
+        history.append(AttemptRecord(
+            job_id=job.id, attempt=job.attempt, outcome="running" if job.state == "running" else "done",
+            worker_id=job.claimed_by, started_at=job.started_at,
+            ended_at=job.finished_at if job.state == "done" else None))
+    return history
 
 
 def backfill_run(row: Row, decode: Decoders) -> BackfillRun:

@@ -233,13 +233,15 @@ class MemoryDriver:
 
             def take(jobs: list[_Job]) -> list[_Job]:
                 for job in jobs:
-                    self._store.set_state(job, "running")
-                    job.attempt += 1
-                    job.claimed_by = request.worker_id
-                    job.visible_at = now + request.visibility_timeout
-                    # Random suffix: the same worker re-claiming at the same attempt gets a new token.
-                    job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
-                    job.updated_at = now
+                    with self._store.changing(job):
+                        self._store.set_state(job, "running")
+                        job.attempt += 1
+                        job.claimed_by = request.worker_id
+                        job.visible_at = now + request.visibility_timeout
+                        # Random suffix: the same worker re-claiming at the same attempt gets a new token.
+                        job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
+                        job.started_at = now
+                        job.updated_at = now
                     batch.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
                 return jobs
 
@@ -335,27 +337,28 @@ class MemoryDriver:
             if job is None or not job.held_by(claim_token):
                 return False
             now = self.clock.now()
-            if request.dead_letter:
-                self._store.set_state(job, "dead")
-                job.finished_at = now
-            elif request.release:
-                self._store.set_state(job, "ready")
-                job.run_at = now + request.delay
-                job.attempt = max(0, job.attempt - 1)
-                job.claimed_by = None
-            elif not request.counts_as_attempt:
-                self._store.set_state(job, "suspended")
-                job.run_at = now + request.delay
-                # A sleep must not burn an attempt; floored, as the schema's CHECK demands.
-                job.attempt = max(0, job.attempt - 1)
-            else:
-                self._store.set_state(job, "ready")
-                job.run_at = now + request.delay
-            if request.error is not None and not request.release:
-                job.last_error = storable(request.error)
-            job.claim_token = None
-            job.visible_at = None
-            job.updated_at = now
+            with self._store.changing(job):
+                if request.dead_letter:
+                    self._store.set_state(job, "dead")
+                    job.finished_at = now
+                elif request.release:
+                    self._store.set_state(job, "ready")
+                    job.run_at = now + request.delay
+                    job.attempt = max(0, job.attempt - 1)
+                    job.claimed_by = None
+                elif not request.counts_as_attempt:
+                    self._store.set_state(job, "suspended")
+                    job.run_at = now + request.delay
+                    # A sleep must not burn an attempt; floored, as the schema's CHECK demands.
+                    job.attempt = max(0, job.attempt - 1)
+                else:
+                    self._store.set_state(job, "ready")
+                    job.run_at = now + request.delay
+                if request.error is not None and not request.release:
+                    job.last_error = storable(request.error)
+                job.claim_token = None
+                job.visible_at = None
+                job.updated_at = now
             queue = job.queue
         self._wake([queue])
         return True
@@ -381,14 +384,15 @@ class MemoryDriver:
                 return None
             if job.state not in FINAL_STATES:
                 now = self.clock.now()
-                self._store.set_state(job, "cancelled")
-                if reason is not None:
-                    job.last_error = storable(reason)
-                job.finished_at = now
-                job.updated_at = now
-                # Dropping the token is what makes the running attempt's next heartbeat fail.
-                job.claim_token = None
-                job.visible_at = None
+                with self._store.changing(job):
+                    self._store.set_state(job, "cancelled")
+                    if reason is not None:
+                        job.last_error = storable(reason)
+                    job.finished_at = now
+                    job.updated_at = now
+                    # Dropping the token is what makes the running attempt's next heartbeat fail.
+                    job.claim_token = None
+                    job.visible_at = None
                 close_ledger(self._store, job.run_id, job.last_error, now)
             return job.record()
 
@@ -436,6 +440,7 @@ class MemoryDriver:
             ]
             for job in doomed:
                 del self._store.jobs[job.id]
+                self._store.attempts.pop(job.id, None)
             # Steps belong to a run; keep them while any remaining job still points at that run.
             remaining_runs = {job.run_id for job in self._store.jobs.values()}
             for run_id in {job.run_id for job in doomed} - remaining_runs:

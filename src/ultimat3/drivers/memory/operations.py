@@ -67,13 +67,14 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
         elif request.action == "cancel":
             reason = None if request.reason is None else storable(request.reason)
             for job in candidates:
-                store.set_state(job, "cancelled")
-                if reason is not None:
-                    job.last_error = reason
-                job.finished_at = now
-                job.updated_at = now
-                job.claim_token = None
-                job.visible_at = None
+                with store.changing(job):
+                    store.set_state(job, "cancelled")
+                    if reason is not None:
+                        job.last_error = reason
+                    job.finished_at = now
+                    job.updated_at = now
+                    job.claim_token = None
+                    job.visible_at = None
                 close_ledger(store, job.run_id, job.last_error, now)
                 touched.append(job)
         else:
@@ -82,6 +83,7 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
                     continue
                 store.set_state(job, "cancelled")  # frees its live key before the row goes
                 del store.jobs[job.id]
+                store.attempts.pop(job.id, None)
                 close_ledger(store, job.run_id, "deleted by operator", now)
                 touched.append(job)
             remaining_runs = {job.run_id for job in store.jobs.values()}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ from ultimat3.core.clock import Clock, to_datetime
 from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.protocol import (
     LIVE_STATES,
+    AttemptRecord,
     BackfillKind,
     BackfillRun,
     BackfillStatus,
@@ -20,6 +23,7 @@ from ultimat3.drivers.protocol import (
     JobState,
     Lease,
 )
+from ultimat3.drivers.records import ended_outcome
 from ultimat3.drivers.values import (
     strict_dumps,
 )
@@ -29,7 +33,8 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 #: The library's own migrations, as the SQL drivers record them in ``x_migrations``.
 INIT_MIGRATION = "x:0001_init"
 LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations", "x:0004_schedules",
-                      "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control")
+                      "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control",
+                      "x:0008_attempts")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()
@@ -71,6 +76,7 @@ class _Job:
     rate_key: str | None = None
     rate_per_second: float | None = None
     rate_burst: int | None = None
+    started_at: float | None = None
 
     def record(self) -> JobRecord:
         """The row as the protocol reports it (JSON values copied, times as UTC datetimes)."""
@@ -101,6 +107,7 @@ class _Job:
             rate_key=self.rate_key,
             rate_per_second=self.rate_per_second,
             rate_burst=self.rate_burst,
+            started_at=None if self.started_at is None else to_datetime(self.started_at),
         )
 
     def held_by(self, claim_token: str) -> bool:
@@ -203,6 +210,8 @@ class _Store:
         # Mirrors x_jobs_name_idempotency_live_idx: (name, key) -> id of the one live job holding it.
         self.live_keys: dict[tuple[str, str], str] = {}
         self.steps: dict[str, dict[str, _Step]] = {}
+        # x_attempts: job id -> the attempts that ended other than by success, oldest first.
+        self.attempts: dict[str, list[AttemptRecord]] = {}
         self.backfills: dict[str, _Backfill] = {}
         # x_backfill_failures: (name, key) -> (reason, run_id, batch, failed_at).
         self.failures: dict[tuple[str, str], tuple[str, str, int, float]] = {}
@@ -217,6 +226,20 @@ class _Store:
         self.schedules: dict[str, dict[str, Any]] = {}
         # Insertion order is application order, which is what "oldest first" means here.
         self.migrations: dict[str, float] = {}
+
+    @contextmanager
+    def changing(self, job: _Job) -> Iterator[None]:
+        """Around a change to ``job``: what x_jobs_attempt_ended does in SQL -- when the change
+        ends a running attempt other than by success, that attempt goes to ``attempts``."""
+        state, token, attempt, worker, started = job.state, job.claim_token, job.attempt, job.claimed_by, job.started_at
+        yield
+        if state != "running" or job.state == "done" or job.claim_token == token:
+            return
+        outcome = ended_outcome(job.state, attempt, job.attempt, job.last_error)
+        self.attempts.setdefault(job.id, []).append(AttemptRecord(
+            job_id=job.id, attempt=attempt, outcome=outcome, worker_id=worker,
+            started_at=None if started is None else to_datetime(started), ended_at=to_datetime(job.updated_at),
+            error=job.last_error if outcome in ("failed", "dead", "cancelled", "lost") else None))
 
     def set_state(self, job: _Job, state: JobState) -> None:
         """Move ``job`` to ``state``, keeping the live-key index in step. Caller holds the lock."""

@@ -25,6 +25,7 @@ from ultimat3.drivers.memory.state import (
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     MAX_REASON_LENGTH,
+    AttemptRecord,
     BackfillKind,
     BackfillRun,
     BackfillStatus,
@@ -39,6 +40,7 @@ from ultimat3.drivers.protocol import (
     StepRecord,
     WaitingName,
 )
+from ultimat3.drivers.records import attempt_history
 from ultimat3.drivers.values import (
     check_backfill_kind,
     check_step_name,
@@ -103,6 +105,12 @@ class MemoryIntrospection:
         with self._store.lock:
             held = [j for j in self._store.jobs.values() if j.state == "running" and j.flow_key == flow_key]
             return [j.record() for j in sorted(held, key=lambda j: (j.updated_at, j.id))]
+
+    def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:
+        """Every attempt of ``job_id``, oldest first."""
+        with self._store.lock:
+            job = self._store.jobs.get(job_id)
+            return attempt_history(None if job is None else job.record(), self._store.attempts.get(job_id, []))
 
     def rate_bucket(self, rate_key: str) -> Bucket | None:
         """The bucket of ``rate_key`` as stored."""

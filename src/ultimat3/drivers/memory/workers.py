@@ -94,12 +94,13 @@ class MemoryWorkerRegistry:
             for job in sorted(self._store.jobs.values(), key=lambda j: j.id):
                 if job.state == "running" and job.claimed_by in dead:
                     rescued.append(RescuedJob(job.id, job.queue, job.claimed_by))
-                    self._store.set_state(job, "ready")
-                    job.claim_token = None
-                    job.visible_at = None
-                    job.claimed_by = None
-                    job.last_error = lost_error(rescued[-1].worker_id)
-                    job.updated_at = now
+                    with self._store.changing(job):
+                        self._store.set_state(job, "ready")
+                        job.claim_token = None
+                        job.visible_at = None
+                        job.claimed_by = None
+                        job.last_error = lost_error(rescued[-1].worker_id)
+                        job.updated_at = now
             for dead_id in dead:
                 del self._store.workers[dead_id]
             return rescued

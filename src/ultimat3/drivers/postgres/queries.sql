@@ -163,6 +163,7 @@ SET state = 'running',
     claimed_by = %(worker)s,
     claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
     visible_at = %(visible_at)s,
+    started_at = %(now)s,
     updated_at = %(now)s
 FROM picked
 WHERE j.id = picked.id
@@ -430,6 +431,7 @@ SET state = 'running',
     claimed_by = %(worker)s,
     claim_token = %(worker)s || ':' || (j.attempt + 1) || ':' || left(replace(gen_random_uuid()::text, '-', ''), 12),
     visible_at = %(visible_at)s,
+    started_at = %(now)s,
     updated_at = %(now)s
 WHERE j.id = ANY(%(ids)s::text[]) AND j.state IN ('ready', 'delayed', 'suspended')
 RETURNING j.*
@@ -443,6 +445,10 @@ WHERE tokens + greatest(0, extract(epoch FROM %(now)s - at)) * per_second >= bur
 
 -- name: flow_holders
 SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = %(key)s ORDER BY updated_at, id
+
+-- name: attempts_of
+-- The attempts of a job that ended other than by success (x_jobs_attempt_ended), oldest first.
+SELECT * FROM x_attempts WHERE job_id = %(id)s ORDER BY seq
 
 -- name: flow_bucket
 SELECT key, tokens, extract(epoch FROM at)::float8 AS at, per_second, burst FROM x_rates WHERE key = %(key)s
@@ -500,7 +506,7 @@ SELECT id, {{_slot_notice}} AS woke FROM done
 UPDATE x_jobs
 SET state = CASE WHEN %(dead)s THEN 'dead' WHEN %(counts)s OR %(release)s THEN 'ready' ELSE 'suspended' END,
     run_at = CASE WHEN %(dead)s THEN run_at ELSE %(run_at)s END,
-    attempt = CASE WHEN %(dead)s OR %(counts)s THEN attempt ELSE greatest(attempt - 1, 0) END,
+    attempt = CASE WHEN %(dead)s OR (%(counts)s AND NOT %(release)s) THEN attempt ELSE greatest(attempt - 1, 0) END,
     finished_at = CASE WHEN %(dead)s THEN %(now)s ELSE NULL END,
     last_error = CASE WHEN %(release)s THEN last_error ELSE coalesce(%(error)s, last_error) END,
     claimed_by = CASE WHEN %(release)s THEN NULL ELSE claimed_by END,

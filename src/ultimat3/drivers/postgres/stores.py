@@ -33,6 +33,7 @@ from ultimat3.drivers.postgres.rows import (
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     MAX_REASON_LENGTH,
+    AttemptRecord,
     BackfillKind,
     BackfillRun,
     BackfillStatus,
@@ -47,7 +48,7 @@ from ultimat3.drivers.protocol import (
     StepRecord,
     WaitingName,
 )
-from ultimat3.drivers.records import row_failure
+from ultimat3.drivers.records import attempt_history, attempt_record, row_failure
 from ultimat3.drivers.values import (
     check_backfill_kind,
     check_step_name,
@@ -77,6 +78,17 @@ class PostgresIntrospection:
         """The running jobs under ``flow_key``, oldest claim first."""
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["flow_holders"], {"key": flow_key}).fetchall())
         return [_job(row) for row in rows]
+
+    @unknown_key(lambda: [])
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """Every attempt of ``job_id``, oldest first (history read before the row: an attempt that
+        ends between the two reads shows once, as the row's)."""
+        def read(conn: Conn, _: Any) -> tuple[list[Row], Row | None]:
+            ended = _rows(conn).execute(_Q["attempts_of"], {"id": job_id}).fetchall()
+            return ended, _rows(conn).execute(_Q["job_get"], {"id": job_id}).fetchone()
+
+        ended, row = self._db.run(read)
+        return attempt_history(None if row is None else _job(row), [attempt_record(r, _DECODE) for r in ended])
 
     @unknown_key(lambda: None)
     def rate_bucket(self, rate_key: str) -> Bucket | None:

@@ -57,6 +57,7 @@ SET state = 'running',
     claimed_by = :worker_id,
     visible_at = :visible_at,
     claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    started_at = :now,
     updated_at = :now
 WHERE id IN (
     SELECT id FROM (
@@ -101,6 +102,10 @@ SELECT flow_key, count(*) AS n FROM x_jobs
 WHERE state = 'running' AND flow_key IN (SELECT value FROM json_each(:keys))
 GROUP BY flow_key;
 
+-- name: attempts_of
+-- The attempts of a job that ended other than by success (x_jobs_attempt_ended), oldest first.
+SELECT * FROM x_attempts WHERE job_id = :id ORDER BY seq;
+
 -- name: flow_buckets
 SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key IN (SELECT value FROM json_each(:keys));
 
@@ -117,6 +122,7 @@ SET state = 'running',
     claimed_by = :worker_id,
     visible_at = :visible_at,
     claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    started_at = :now,
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'suspended')
 RETURNING *;
@@ -172,6 +178,7 @@ SET state = 'running',
     claimed_by = :worker_id,
     visible_at = :visible_at,
     claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    started_at = :now,
     updated_at = :now
 WHERE id IN (
     SELECT id FROM x_jobs
@@ -198,6 +205,7 @@ SET state = 'running',
     claimed_by = :worker_id,
     visible_at = :visible_at,
     claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
+    started_at = :now,
     updated_at = :now
 WHERE id IN (
     SELECT id FROM (

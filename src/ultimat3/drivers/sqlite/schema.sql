@@ -1,3 +1,6 @@
+-- index x_attempts_job_idx
+CREATE INDEX x_attempts_job_idx ON x_attempts (job_id, seq);
+
 -- index x_audit_at_idx
 CREATE INDEX x_audit_at_idx ON x_audit (at DESC);
 
@@ -37,6 +40,9 @@ CREATE INDEX x_jobs_run_idx ON x_jobs (run_id);
 -- index x_jobs_running_visible_idx
 CREATE INDEX x_jobs_running_visible_idx ON x_jobs (visible_at) WHERE state = 'running';
 
+-- table x_attempts
+CREATE TABLE x_attempts ( seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, attempt INTEGER NOT NULL, worker_id TEXT, started_at REAL, ended_at REAL NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('failed', 'dead', 'suspended', 'released', 'cancelled', 'lapsed', 'lost')), error TEXT );
+
 -- table x_audit
 CREATE TABLE x_audit ( id TEXT PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL CHECK (action IN ('retry', 'cancel', 'delete', 'pause', 'resume')), target TEXT NOT NULL, touched INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'interrupted', 'failed')), finished_at REAL );
 
@@ -50,7 +56,7 @@ CREATE TABLE "x_backfills" ( run_id TEXT PRIMARY KEY, name TEXT NOT NULL, checks
 CREATE TABLE x_job_steps ( run_id TEXT NOT NULL, name TEXT NOT NULL, result TEXT, created_at REAL NOT NULL, PRIMARY KEY (run_id, name) );
 
 -- table x_jobs
-CREATE TABLE x_jobs ( id TEXT PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL DEFAULT 'default', payload TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL CHECK (state IN ('ready', 'delayed', 'running', 'suspended', 'done', 'dead', 'cancelled')), priority INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0), max_attempts INTEGER NOT NULL DEFAULT 5, run_at REAL NOT NULL, visible_at REAL, claimed_by TEXT, claim_token TEXT, idempotency_key TEXT, tenant_id TEXT, traceparent TEXT, enqueued_by TEXT, last_error TEXT, result TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL , flow_key TEXT, flow_max INTEGER CHECK (flow_max >= 1), rate_key TEXT, rate_per_second REAL CHECK (rate_per_second > 0), rate_burst INTEGER CHECK (rate_burst >= 1));
+CREATE TABLE x_jobs ( id TEXT PRIMARY KEY, run_id TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL DEFAULT 'default', payload TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL CHECK (state IN ('ready', 'delayed', 'running', 'suspended', 'done', 'dead', 'cancelled')), priority INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0), max_attempts INTEGER NOT NULL DEFAULT 5, run_at REAL NOT NULL, visible_at REAL, claimed_by TEXT, claim_token TEXT, idempotency_key TEXT, tenant_id TEXT, traceparent TEXT, enqueued_by TEXT, last_error TEXT, result TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, finished_at REAL , flow_key TEXT, flow_max INTEGER CHECK (flow_max >= 1), rate_key TEXT, rate_per_second REAL CHECK (rate_per_second > 0), rate_burst INTEGER CHECK (rate_burst >= 1), started_at REAL);
 
 -- table x_leases
 CREATE TABLE x_leases ( key TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (key, slot) );
@@ -69,4 +75,10 @@ CREATE TABLE x_schedules ( key TEXT PRIMARY KEY, last_tick REAL NOT NULL, last_j
 
 -- table x_workers
 CREATE TABLE x_workers ( id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, concurrency INTEGER NOT NULL, queues TEXT, started_at REAL NOT NULL, last_seen_at REAL NOT NULL, clock_offset REAL, wakeups TEXT );
+
+-- trigger x_jobs_attempt_ended
+CREATE TRIGGER x_jobs_attempt_ended AFTER UPDATE OF state, claim_token ON x_jobs FOR EACH ROW WHEN OLD.state = 'running' AND NEW.state <> 'done' AND NEW.claim_token IS NOT OLD.claim_token BEGIN INSERT INTO x_attempts (job_id, attempt, worker_id, started_at, ended_at, outcome, error) SELECT OLD.id, OLD.attempt, OLD.claimed_by, OLD.started_at, NEW.updated_at, how, CASE WHEN how IN ('failed', 'dead', 'cancelled', 'lost') THEN NEW.last_error END FROM (SELECT CASE WHEN NEW.state = 'running' THEN 'lapsed' WHEN NEW.state IN ('dead', 'cancelled', 'suspended') THEN NEW.state WHEN NEW.attempt < OLD.attempt THEN 'released' WHEN NEW.last_error LIKE 'X\_WORKER\_LOST%' ESCAPE '\' THEN 'lost' ELSE 'failed' END AS how); END;
+
+-- trigger x_jobs_attempts_gone
+CREATE TRIGGER x_jobs_attempts_gone AFTER DELETE ON x_jobs FOR EACH ROW BEGIN DELETE FROM x_attempts WHERE job_id = OLD.id; END;
 

@@ -17,6 +17,7 @@ from ultimat3.drivers.flow import Bucket
 from ultimat3.drivers.protocol import (
     JOB_STATES,
     MAX_REASON_LENGTH,
+    AttemptRecord,
     BackfillKind,
     BackfillRun,
     BackfillStatus,
@@ -31,7 +32,7 @@ from ultimat3.drivers.protocol import (
     StepRecord,
     WaitingName,
 )
-from ultimat3.drivers.records import row_failure
+from ultimat3.drivers.records import attempt_history, attempt_record, row_failure
 from ultimat3.drivers.sqlite.rows import (
     DECODE,
     EVERY_JOB,
@@ -106,6 +107,13 @@ class SqliteIntrospection:
     def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
         """The running jobs under ``flow_key``, oldest claim first."""
         return [job_record_of(row) for row in self._driver._rows("flow_holders", {"key": flow_key})]
+
+    @unknown_key(lambda: [])
+    def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:
+        """Every attempt of ``job_id``, oldest first."""
+        ended = [attempt_record(row, DECODE) for row in self._driver._rows("attempts_of", {"id": job_id})]
+        rows = self._driver._rows("job_get", {"id": job_id})
+        return attempt_history(job_record_of(rows[0]) if rows else None, ended)
 
     @unknown_key(lambda: None)
     def rate_bucket(self, rate_key: str) -> Bucket | None:

@@ -31,6 +31,7 @@ from ultimat3.testing.contract.fixtures import backdoor, clock, first_migrate
 #: The concerns, one module each.
 CONCERNS = (
     "async_enqueue",
+    "attempts",
     "backfill_ledger",
     "cancel_retry",
     "claim",
