@@ -17,7 +17,7 @@ JOB_KEYS = {
     "id", "run_id", "name", "queue", "payload", "state", "priority", "attempt", "max_attempts", "run_at",
     "created_at", "updated_at", "idempotency_key", "tenant_id", "traceparent", "enqueued_by", "claimed_by",
     "visible_at", "finished_at", "last_error", "result", "flow_key", "flow_max", "rate_key", "rate_per_second",
-    "rate_burst",
+    "rate_burst", "started_at",
 }
 LEDGER_KEYS = {"run_id", "name", "checksum", "status", "batches", "rows", "started_at", "job_id", "finished_at",
                "error", "kind", "failures", "throttle", "paused_by"}
@@ -72,13 +72,17 @@ def test_jobs_ls_show_and_stats(x: X, database: str) -> None:
     shown = as_json(x("jobs", "show", first, "--json"))
     assert shown["job"]["state"] == "done" and shown["job"]["result"] == 1
     assert [s["name"] for s in shown["steps"]] == ["echo"]
+    [attempt] = shown["attempts"]
+    assert attempt["attempt"] == 1 and attempt["outcome"] == "done" and attempt["worker_id"]
+    assert attempt["started_at"] <= attempt["ended_at"] == shown["job"]["finished_at"]
     assert shown["backfill"] is None
     stats = as_json(x("jobs", "stats", "--json"))
     assert stats == [{"queue": "default", "counts": {"ready": 0, "delayed": 0, "running": 0, "suspended": 0,
                                                      "done": 2, "dead": 0, "cancelled": 0}}]
     human = x("jobs", "ls")
     assert human.exit_code == 0 and "cli.ping" in human.stdout and "done" in human.stdout
-    assert "echo" in x("jobs", "show", first).stdout
+    human_show = x("jobs", "show", first).stdout
+    assert "echo" in human_show and "attempts" in human_show and attempt["worker_id"][:12] in human_show
 
 
 def test_cancel_then_retry(x: X, database: str) -> None:

@@ -14,6 +14,8 @@ from ultimat3.cli.config import Config
 from ultimat3.cli.filters import build_filter, filter_options, has_filter
 from ultimat3.cli.main import cli
 from ultimat3.cli.render import (
+    attempt_json,
+    attempts_table,
     console,
     emit_json,
     err_console,
@@ -87,7 +89,7 @@ def ls(config: Config, /, group_by: str | None, limit: int, as_json: bool, **fil
 
 @jobs_group.command("show")
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help='Print {"job", "steps", "backfill"} as JSON.')
+@click.option("--json", "as_json", is_flag=True, help='Print {"job", "attempts", "steps", "backfill"} as JSON.')
 @click.pass_obj
 def show(config: Config, job_id: str, as_json: bool) -> None:
     """One job: its row, attempts, recorded steps, last error and (for a backfill) its ledger row."""
@@ -95,10 +97,14 @@ def show(config: Config, job_id: str, as_json: bool) -> None:
     job = _get(config, job_id)
     steps = sorted(config.call(driver.steps.load, job.run_id).values(), key=lambda s: (s.created_at, s.name))
     ledger = config.call(driver.backfills.get, job.run_id)
+    attempts = config.call(driver.introspect.attempts, job.id)
     if as_json:
-        emit_json({"job": job_json(job), "steps": [step_json(s) for s in steps], "backfill": run_json(ledger)})
+        emit_json({"job": job_json(job), "attempts": [attempt_json(a) for a in attempts],
+                   "steps": [step_json(s) for s in steps], "backfill": run_json(ledger)})
         return
     console.print(job_table(job))
+    if attempts:
+        console.print(attempts_table(attempts))
     if steps:
         console.print(steps_table(steps))
     if ledger is not None:

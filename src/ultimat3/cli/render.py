@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ultimat3.drivers.protocol import BackfillRun, ErrorGroup, JobRecord, QueueStats, StepRecord
+from ultimat3.drivers.protocol import AttemptRecord, BackfillRun, ErrorGroup, JobRecord, QueueStats, StepRecord
 
 # Piped output (CI logs, `| less`) gets a readable width instead of rich's 80-column default.
 _PIPE_WIDTH = 160
@@ -23,6 +23,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 STATE_STYLE = {
     "ready": "cyan", "delayed": "blue", "running": "yellow", "suspended": "magenta",
     "done": "green", "dead": "red", "cancelled": "bright_black",
+    # Attempt outcomes (x jobs show).
+    "failed": "red", "released": "bright_black", "lapsed": "yellow", "lost": "red",
 }
 
 
@@ -81,6 +83,11 @@ def job_json(job: JobRecord) -> dict[str, Any]:
 def step_json(step: StepRecord) -> dict[str, Any]:
     """The ``--json`` shape of one recorded step."""
     return {"name": step.name, "result": step.result, "created_at": iso(step.created_at)}
+
+
+def attempt_json(attempt: AttemptRecord) -> dict[str, Any]:
+    """The ``--json`` shape of one attempt."""
+    return {k: _plain(v) for k, v in asdict(attempt).items() if k != "job_id"}
 
 
 def run_json(run: BackfillRun | None) -> dict[str, Any] | None:
@@ -143,6 +150,18 @@ def steps_table(steps: list[StepRecord]) -> Table:
     table.add_column("result", overflow="fold")
     for step in steps:
         table.add_row(cell(step.name), short_time(step.created_at), cell(json.dumps(step.result)[:200]))
+    return table
+
+
+def attempts_table(attempts: list[AttemptRecord]) -> Table:
+    """Every attempt of a job: worker, start, end, outcome, error."""
+    table = Table(header_style="bold", title="attempts")
+    for column in ("#", "outcome", "worker", "started", "ended", "error"):
+        table.add_column(column, overflow="fold" if column == "error" else "ellipsis")
+    for a in attempts:
+        error = (a.error or "").splitlines()[0][:120] if a.error else ""
+        table.add_row(str(a.attempt), styled_state(a.outcome), cell(a.worker_id), short_time(a.started_at),
+                      short_time(a.ended_at), cell(error))
     return table
 
 
