@@ -251,6 +251,9 @@ class JobFilter:
     since: float | None = None
     until: float | None = None
     ids: tuple[str, ...] | None = None
+    #: :meth:`JobIntrospection.list` only (keyset pagination): the id of the last job of the
+    #: previous page; the list goes on after it in its order (nothing, once that job is gone).
+    before: str | None = None
 
 
 BulkAction = Literal["retry", "cancel", "delete"]
@@ -314,6 +317,15 @@ class QueueStats:
 
     queue: str
     counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """How many jobs of ``queue`` finished ``done`` in the bucket of time starting at ``at``."""
+
+    queue: str
+    at: datetime
+    done: int
 
 
 @dataclass(frozen=True)
@@ -569,6 +581,12 @@ class JobIntrospection(Protocol):
 
     def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
         """The ``running`` jobs under concurrency key ``flow_key`` (the slots in use), oldest claim first."""
+        ...
+
+    def completions(self, since: float, bucket: float = 60.0) -> builtins.list[Completed]:
+        """Jobs finished ``done`` from ``since`` (epoch seconds) on, per queue and per ``bucket``
+        seconds of epoch time (buckets start at multiples of ``bucket``), by queue then time; a
+        bucket with none is left out."""
         ...
 
     def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:

@@ -249,3 +249,10 @@ def check_backfill_kind(kind: str) -> None:
     if kind not in ("pass", "retry"):
         raise ConfigError(f"backfill kind={kind!r} is not one the ledger keeps",
                           "open a pass with kind='pass' or kind='retry'", code="X_BACKFILL_LEDGER")
+
+
+def check_bucket(bucket: float) -> None:
+    """A throughput bucket must be a positive, finite number of seconds (``X_BUCKET``)."""
+    if isinstance(bucket, bool) or not isinstance(bucket, int | float) or not math.isfinite(bucket) or bucket <= 0:
+        raise ConfigError(f"a completions bucket must be a positive number of seconds, not {bucket!r}",
+                          "pass bucket=60 for one bar per minute", code="X_BUCKET")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -29,6 +30,7 @@ from ultimat3.drivers.protocol import (
     BackfillKind,
     BackfillRun,
     BackfillStatus,
+    Completed,
     ErrorGroup,
     JobFilter,
     JobRecord,
@@ -43,6 +45,7 @@ from ultimat3.drivers.protocol import (
 from ultimat3.drivers.records import attempt_history
 from ultimat3.drivers.values import (
     check_backfill_kind,
+    check_bucket,
     check_step_name,
     fenced_key,
     quarantine_rows,
@@ -106,6 +109,17 @@ class MemoryIntrospection:
             held = [j for j in self._store.jobs.values() if j.state == "running" and j.flow_key == flow_key]
             return [j.record() for j in sorted(held, key=lambda j: (j.updated_at, j.id))]
 
+    def completions(self, since: float, bucket: float = 60.0) -> builtins.list[Completed]:
+        """Jobs finished ``done`` since ``since``, per queue and ``bucket`` seconds."""
+        check_bucket(bucket)
+        counts: dict[tuple[str, float], int] = {}
+        with self._store.lock:
+            for job in self._store.jobs.values():
+                if job.state == "done" and job.finished_at is not None and job.finished_at >= since:
+                    key = (job.queue, math.floor(job.finished_at / bucket) * bucket)
+                    counts[key] = counts.get(key, 0) + 1
+        return [Completed(queue, to_datetime(at), done) for (queue, at), done in sorted(counts.items())]
+
     def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:
         """Every attempt of ``job_id``, oldest first."""
         with self._store.lock:
@@ -138,6 +152,11 @@ class MemoryIntrospection:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
         with self._store.lock:
             rows = self._matching(filter)
+            if filter.before is not None:
+                last = self._store.jobs.get(filter.before)
+                if last is None:
+                    return []
+                rows = [job for job in rows if (job.created_at, job.id) < (last.created_at, last.id)]
             rows.sort(key=lambda job: (job.created_at, job.id), reverse=True)
             return [job.record() for job in rows[: max(0, filter.limit)]]
 

@@ -446,6 +446,14 @@ WHERE tokens + greatest(0, extract(epoch FROM %(now)s - at)) * per_second >= bur
 -- name: flow_holders
 SELECT * FROM x_jobs WHERE state = 'running' AND flow_key = %(key)s ORDER BY updated_at, id
 
+-- name: job_completions
+-- Throughput for the dashboard's chart: finished rows come off x_jobs_finished_idx.
+SELECT queue, floor(extract(epoch FROM finished_at) / %(bucket)s) * %(bucket)s AS at, count(*) AS done
+FROM x_jobs
+WHERE state = 'done' AND finished_at >= %(since)s
+GROUP BY 1, 2
+ORDER BY 1, 2
+
 -- name: attempts_of
 -- The attempts of a job that ended other than by success (x_jobs_attempt_ended), oldest first.
 SELECT * FROM x_attempts WHERE job_id = %(id)s ORDER BY seq
@@ -699,6 +707,7 @@ SELECT * FROM x_jobs WHERE id = %(id)s
 -- name: job_list
 SELECT * FROM x_jobs
 WHERE {{_job_where}}
+  AND (%(before)s::text IS NULL OR (created_at, id) < (SELECT created_at, id FROM x_jobs WHERE id = %(before)s))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s
 

@@ -37,6 +37,7 @@ from ultimat3.drivers.protocol import (
     BackfillKind,
     BackfillRun,
     BackfillStatus,
+    Completed,
     ErrorGroup,
     JobFilter,
     JobRecord,
@@ -51,9 +52,11 @@ from ultimat3.drivers.protocol import (
 from ultimat3.drivers.records import attempt_history, attempt_record, row_failure
 from ultimat3.drivers.values import (
     check_backfill_kind,
+    check_bucket,
     check_step_name,
     fenced_key,
     filter_is_storable,
+    is_storable_text,
     quarantine_rows,
     require_text,
     storable,
@@ -78,6 +81,13 @@ class PostgresIntrospection:
         """The running jobs under ``flow_key``, oldest claim first."""
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["flow_holders"], {"key": flow_key}).fetchall())
         return [_job(row) for row in rows]
+
+    def completions(self, since: float, bucket: float = 60.0) -> list[Completed]:
+        """Jobs finished ``done`` since ``since``, per queue and ``bucket`` seconds."""
+        check_bucket(bucket)
+        params = {"since": to_datetime(since), "bucket": bucket}
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["job_completions"], params).fetchall())
+        return [Completed(queue, to_datetime(float(at)), int(done)) for queue, at, done in rows]
 
     @unknown_key(lambda: [])
     def attempts(self, job_id: str) -> list[AttemptRecord]:
@@ -121,7 +131,9 @@ class PostgresIntrospection:
         """Matching jobs with a ``last_error``, grouped by its first line, largest group first."""
         if not storable_filter(filter):
             return []
-        params = {**pg_filter(filter), "limit": max(0, filter.limit)}
+        if filter.before is not None and not is_storable_text(filter.before):
+            return []
+        params = {**pg_filter(filter), "limit": max(0, filter.limit), "before": filter.before}
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_error_groups"], params).fetchall())
         return [ErrorGroup(code=error_code(row["message"]), message=row["message"], count=int(row["count"]),
                            first_seen=_utc(row["first_seen"]), last_seen=_utc(row["last_seen"]),
@@ -132,7 +144,9 @@ class PostgresIntrospection:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
         if not storable_filter(filter):
             return []
-        params = {**pg_filter(filter), "limit": max(0, filter.limit)}
+        if filter.before is not None and not is_storable_text(filter.before):
+            return []
+        params = {**pg_filter(filter), "limit": max(0, filter.limit), "before": filter.before}
         rows = self._db.run(lambda conn, _: _rows(conn).execute(_Q["job_list"], params).fetchall())
         return [_job(row) for row in rows]
 

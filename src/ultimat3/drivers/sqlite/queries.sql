@@ -102,6 +102,14 @@ SELECT flow_key, count(*) AS n FROM x_jobs
 WHERE state = 'running' AND flow_key IN (SELECT value FROM json_each(:keys))
 GROUP BY flow_key;
 
+-- name: job_completions
+-- Throughput for the dashboard's chart: finished rows come off x_jobs_finished_idx.
+SELECT queue, CAST(finished_at / :bucket AS INTEGER) * :bucket AS at, count(*) AS done
+FROM x_jobs
+WHERE state = 'done' AND finished_at >= :since
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
 -- name: attempts_of
 -- The attempts of a job that ended other than by success (x_jobs_attempt_ended), oldest first.
 SELECT * FROM x_attempts WHERE job_id = :id ORDER BY seq;
@@ -325,6 +333,7 @@ WHERE run_id IN (
 -- Newest first. Filters are optional (NULL = any); the scan follows x_jobs_created_idx.
 SELECT * FROM x_jobs
 WHERE {{_job_where}}
+  AND (:before IS NULL OR (created_at, id) < (SELECT created_at, id FROM x_jobs WHERE id = :before))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 

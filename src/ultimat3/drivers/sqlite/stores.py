@@ -21,6 +21,7 @@ from ultimat3.drivers.protocol import (
     BackfillKind,
     BackfillRun,
     BackfillStatus,
+    Completed,
     ErrorGroup,
     JobFilter,
     JobRecord,
@@ -47,9 +48,11 @@ from ultimat3.drivers.sqlite.rows import (
 )
 from ultimat3.drivers.values import (
     check_backfill_kind,
+    check_bucket,
     check_step_name,
     fenced_key,
     filter_is_storable,
+    is_storable_text,
     quarantine_rows,
     require_text,
     storable,
@@ -78,7 +81,10 @@ class SqliteIntrospection:
         """Jobs matching ``filter``, newest first (``created_at`` desc, then ``id`` desc)."""
         if not storable_filter(filter):
             return []
-        params = {**sqlite_filter(filter), "limit": max(filter.limit, 0)}  # a negative LIMIT is "no limit"
+        if filter.before is not None and not is_storable_text(filter.before):
+            return []
+        # A negative LIMIT is "no limit" to SQLite.
+        params = {**sqlite_filter(filter), "limit": max(filter.limit, 0), "before": filter.before}
         return [job_record_of(row) for row in self._driver._rows("jobs_list", params)]
 
     def count(self, filter: JobFilter, states: tuple[JobState, ...] | None = None, as_of: float | None = None) -> int:
@@ -107,6 +113,12 @@ class SqliteIntrospection:
     def slot_holders(self, flow_key: str) -> builtins.list[JobRecord]:
         """The running jobs under ``flow_key``, oldest claim first."""
         return [job_record_of(row) for row in self._driver._rows("flow_holders", {"key": flow_key})]
+
+    def completions(self, since: float, bucket: float = 60.0) -> builtins.list[Completed]:
+        """Jobs finished ``done`` since ``since``, per queue and ``bucket`` seconds."""
+        check_bucket(bucket)
+        rows = self._driver._rows("job_completions", {"since": since, "bucket": bucket})
+        return [Completed(row["queue"], to_datetime(float(row["at"])), int(row["done"])) for row in rows]
 
     @unknown_key(lambda: [])
     def attempts(self, job_id: str) -> builtins.list[AttemptRecord]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ultimat3.core.clock import ManualClock
+from ultimat3.core.errors import ConfigError
 from ultimat3.drivers.protocol import DEFAULT_LIST_LIMIT, JOB_STATES, JobDriver, JobFilter
 
 from .helpers import claim_one, dead_letter, enqueue, get, suspend
@@ -115,3 +118,52 @@ def test_waiting_names_counts_waiting_jobs_per_queue_and_name(driver: JobDriver,
 
 def test_waiting_names_of_an_empty_store_is_empty(driver: JobDriver) -> None:
     assert driver.introspect.waiting_names() == []
+
+
+def test_list_pages_by_keyset_through_every_job_once(driver: JobDriver, clock: ManualClock) -> None:
+    ids = []
+    for i in range(7):
+        ids.append(enqueue(driver, queue="paged").id)
+        if i % 3 == 0:
+            clock.advance(1)  # some created_at ties, broken by id
+    expected = [row.id for row in driver.introspect.list(JobFilter(queue="paged"))]
+    seen: list[str] = []
+    before = None
+    while True:
+        page = driver.introspect.list(JobFilter(queue="paged", limit=3, before=before))
+        if not page:
+            break
+        seen.extend(row.id for row in page)
+        before = page[-1].id
+    assert seen == expected and sorted(seen) == sorted(ids)
+    # A page after a job that no longer exists (or never did) is empty, not the first page again.
+    assert driver.introspect.list(JobFilter(before="no-such-job")) == []
+    assert driver.introspect.list(JobFilter(before="bad\x00id")) == []
+
+
+def test_completions_count_done_jobs_per_queue_and_bucket(driver: JobDriver, clock: ManualClock) -> None:
+    start = clock.now()
+    base = start - start % 60  # the buckets are aligned to multiples of the bucket
+
+    def finish(queue: str, *, ok: bool = True) -> None:
+        enqueue(driver, queue=queue)
+        claimed = claim_one(driver, "w1")
+        if ok:
+            assert driver.ack(claimed.job.id, claimed.claim_token)
+        else:
+            assert driver.nack(claimed.job.id, claimed.claim_token, dead_letter())
+
+    finish("a")
+    finish("a")
+    finish("b", ok=False)  # dead: not a completion
+    clock.advance(60)
+    finish("a")
+    finish("b")
+    done = [(c.queue, c.at.timestamp(), c.done) for c in driver.introspect.completions(base)]
+    assert done == [("a", base, 2), ("a", base + 60, 1), ("b", base + 60, 1)]
+    assert [c.done for c in driver.introspect.completions(base + 60)] == [1, 1]
+    assert driver.introspect.completions(clock.now() + 1) == []
+    for bad in (0, -60, float("nan"), float("inf")):
+        with pytest.raises(ConfigError) as refused:
+            driver.introspect.completions(base, bad)
+        assert refused.value.code == "X_BUCKET"
