@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 
@@ -14,38 +12,12 @@ from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import JobDriver, ScheduleRecord
 from ultimat3.jobs.operator import default_actor
-from ultimat3.jobs.schedule import tick_text
-from ultimat3.jobs.scheduler import DeclaredSchedule, Scheduler, declared_schedules
+from ultimat3.jobs.scheduler import DeclaredSchedule, Scheduler, declared_schedules, next_fire, schedule_json
 
 
 def _declared(config: Config) -> dict[str, DeclaredSchedule]:
     config.load_apps()
     return {d.key: d for d in declared_schedules()}
-
-
-def _next(declared: DeclaredSchedule | None, row: ScheduleRecord | None, now: float) -> tuple[str | None, bool]:
-    """The next fire time (ISO), and whether a tick is due now (a worker will fire it at its next look)."""
-    if declared is None:
-        return None, False
-    schedule = declared.schedule
-    due = row is not None and schedule.latest_at_or_before(now) > row.last_tick.timestamp()
-    return tick_text(schedule.next_after(now)), due
-
-
-def schedule_json(key: str, declared: DeclaredSchedule | None, row: ScheduleRecord | None,
-                  now: float) -> dict[str, Any]:
-    """The ``--json`` shape of one schedule."""
-    upcoming, due = _next(declared, row, now)
-    return {
-        "name": key, "job": declared.handle.name if declared else None,
-        "schedule": declared.schedule.describe() if declared else None,
-        "catch_up": declared.schedule.catch_up if declared else None,
-        "jitter": declared.schedule.jitter if declared else None,
-        "declared": declared is not None, "paused": bool(row and row.paused), "due_now": due,
-        "next_fire": upcoming, "last_tick": iso(row.last_tick) if row else None,
-        "last_job_id": row.last_job_id if row else None,
-        "changed_at": iso(row.changed_at) if row else None, "changed_by": row.changed_by if row else None,
-    }
 
 
 def _merged(config: Config, driver: JobDriver) -> list[tuple[str, DeclaredSchedule | None, ScheduleRecord | None]]:
@@ -78,7 +50,7 @@ def ls(config: Config, as_json: bool) -> None:
     for column in ("name", "schedule", "catch-up", "next fire", "last tick", "last job", "state"):
         table.add_column(column, no_wrap=column in ("name", "next fire", "last tick"), overflow="fold")
     for key, declared, row in merged:
-        upcoming, due = _next(declared, row, now)
+        upcoming, due = next_fire(declared, row, now)
         state = (cell("paused", "bold red") if row and row.paused else
                  cell("not declared by --app", "yellow") if declared is None else cell("active", "green"))
         table.add_row(cell(key), cell(declared.schedule.describe() if declared else ""),

@@ -23,12 +23,13 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
 from ultimat3.core.errors import XError, first_line
 from ultimat3.core.throttle import ThrottledLog
-from ultimat3.drivers.protocol import EnqueueRequest, Fired, JobDriver
+from ultimat3.drivers.protocol import EnqueueRequest, Fired, JobDriver, ScheduleRecord
 from ultimat3.jobs.job import EnqueueOptions, JobHandle, registered_jobs
 from ultimat3.jobs.schedule import CATCH_UP_LIMIT, SCHEDULE_PREFIX, SKIP_GRACE, Schedule, tick_of, tick_text
 
@@ -167,3 +168,33 @@ class Scheduler:
 def _fraction(text: str) -> float:
     """A number in [0, 1) that every worker derives alike from ``text`` (the jitter of one tick)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def next_fire(declared: DeclaredSchedule | None, row: ScheduleRecord | None, now: float) -> tuple[str | None, bool]:
+    """The next fire time (ISO), and whether a tick is due now (a worker will fire it at its next look)."""
+    if declared is None:
+        return None, False
+    schedule = declared.schedule
+    due = row is not None and schedule.latest_at_or_before(now) > row.last_tick.timestamp()
+    return tick_text(schedule.next_after(now)), due
+
+
+def schedule_json(key: str, declared: DeclaredSchedule | None, row: ScheduleRecord | None,
+                  now: float) -> dict[str, Any]:
+    """One schedule as ``x schedules ls --json`` and the dashboard show it: declared and/or
+    remembered, paused, due now, its next fire time and its last tick."""
+    upcoming, due = next_fire(declared, row, now)
+    return {
+        "name": key, "job": declared.handle.name if declared else None,
+        "schedule": declared.schedule.describe() if declared else None,
+        "catch_up": declared.schedule.catch_up if declared else None,
+        "jitter": declared.schedule.jitter if declared else None,
+        "declared": declared is not None, "paused": bool(row and row.paused), "due_now": due,
+        "next_fire": upcoming, "last_tick": _iso(row.last_tick) if row else None,
+        "last_job_id": row.last_job_id if row else None,
+        "changed_at": _iso(row.changed_at) if row else None, "changed_by": row.changed_by if row else None,
+    }

@@ -645,6 +645,8 @@ WITH candidates AS (
     DELETE FROM x_jobs AS j USING candidates
     WHERE j.id = candidates.id AND j.state <> 'running'
     RETURNING j.id, j.queue, j.run_id
+), attempts AS (
+    DELETE FROM x_attempts WHERE job_id IN (SELECT id FROM deleted)
 ), steps AS (
     DELETE FROM x_job_steps AS s
     WHERE s.run_id IN (SELECT run_id FROM deleted)
@@ -675,6 +677,8 @@ WITH doomed AS (
 ), deleted AS (
     DELETE FROM x_jobs AS j USING doomed WHERE j.id = doomed.id
     RETURNING j.run_id
+), attempts AS (
+    DELETE FROM x_attempts WHERE job_id IN (SELECT id FROM doomed)
 ), steps AS (
     DELETE FROM x_job_steps AS s
     WHERE s.run_id IN (SELECT run_id FROM deleted)

@@ -12,8 +12,7 @@ CREATE TABLE IF NOT EXISTS x_attempts (
     worker_id   TEXT,
     started_at  REAL,
     ended_at    REAL NOT NULL,
-    outcome     TEXT NOT NULL CHECK (outcome IN ('failed', 'dead', 'suspended', 'released', 'cancelled',
-                                                 'lapsed', 'lost')),
+    outcome     TEXT NOT NULL CHECK (outcome IN ('failed', 'dead', 'suspended', 'released', 'cancelled', 'lapsed', 'lost')),
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS x_attempts_job_idx ON x_attempts (job_id, seq);
