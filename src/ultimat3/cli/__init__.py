@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ultimat3.cli import audit, db, jobs, queues, schedules, worker, workers
+from ultimat3.cli import audit, db, jobs, queues, schedules, web, worker, workers
 from ultimat3.cli.main import cli, main
 
-__all__ = ["audit", "cli", "db", "jobs", "main", "queues", "schedules", "worker", "workers"]
+__all__ = ["audit", "cli", "db", "jobs", "main", "queues", "schedules", "web", "worker", "workers"]
