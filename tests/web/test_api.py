@@ -194,7 +194,8 @@ def test_backfills_show_checksum_gate_progress_and_quarantine(read_only: TestCli
     assert shout["pending"] == "never-run" and shout["checksum"] and shout["latest"] is None
     run = driver.backfills.start("run-web-1", "cli.shout", shout["checksum"], None)
     driver.backfills.progress(run.run_id, 1, 50, throttle="oldest transaction open 300 s")
-    driver.backfills.quarantine(run.run_id, "cli.shout", 1, [('{"cursor": 7, "cursor_type": "int"}', "<b>bad</b> row")], [])
+    key = '{"cursor": 7, "cursor_type": "int"}'
+    driver.backfills.quarantine(run.run_id, "cli.shout", 1, [(key, "<b>bad</b> row")], [])
     one = read_only.get("/api/backfills/cli.shout").json()
     [p] = one["passes"]
     assert p["status"] == "running" and p["rows"] == 50 and p["total"] == 200 and p["percent"] == 25.0

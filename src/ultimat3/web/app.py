@@ -331,6 +331,7 @@ def build(driver: JobDriver, environment: Environment, token: str | None) -> Sta
         Route("/api/workers", d.api(lambda r: v.workers())),
         Route("/api/schedules", d.api(lambda r: v.schedules())),
         Route("/api/limits", d.api(lambda r: v.limits())),
+        Route("/favicon.ico", lambda r: RedirectResponse("/static/favicon.svg", status_code=301)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Headers)])
