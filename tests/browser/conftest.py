@@ -48,9 +48,10 @@ def _install_chromium() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per module. Not per session: Playwright's sync API runs an event loop
+    on this thread while it is open, and every later test's asyncio.run() would find it running."""
     from playwright.sync_api import sync_playwright
 
     executable = _install_chromium()

@@ -289,8 +289,9 @@ def test_forms_need_a_session_a_csrf_token_and_the_same_origin(client: TestClien
     again = client.post(f"/api/jobs/{job_id}/retry", headers={"X-CSRF-Token": csrf})
     assert again.status_code == 200
     # A redirect after sign-in never leaves the site.
-    away = client.post("/login", data={"token": TOKEN, "next": "//evil.example/x"}, follow_redirects=False)
-    assert away.headers["location"] == "/"
+    for elsewhere in ("//evil.example/x", "/\\evil.example", "https://evil.example/", "javascript:alert(1)"):
+        away = client.post("/login", data={"token": TOKEN, "next": elsewhere}, follow_redirects=False)
+        assert away.headers["location"] == "/", elsewhere
 
 
 def test_a_short_token_is_refused(driver: JobDriver, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -300,3 +301,27 @@ def test_a_short_token_is_refused(driver: JobDriver, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("X_WEB_TOKEN", TOKEN)
     with TestClient(create_app(driver), base_url="http://127.0.0.1") as from_env:
         assert "sign in" in from_env.get("/").text
+
+
+def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(driver: JobDriver) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    host = Starlette(routes=[Mount("/ops/jobs-admin", app=create_app(driver, token=TOKEN, environment="test"))])
+    job_id = ping(driver)
+    with TestClient(host, base_url="http://127.0.0.1:8080") as mounted:
+        page = mounted.get(f"/ops/jobs-admin/jobs/{job_id}").text
+        links = re.findall(r'(?:href|src|action)="(/[^"]*)"', page)
+        assert links and all(link.startswith("/ops/jobs-admin/") for link in links), links
+        assert mounted.get("/ops/jobs-admin/static/app.js").status_code == 200
+        assert mounted.get("/ops/jobs-admin/api/overview").json()["queues"]
+        signed = mounted.post("/ops/jobs-admin/login", data={"token": TOKEN, "next": f"/jobs/{job_id}"},
+                              follow_redirects=False)
+        assert signed.headers["location"] == f"/ops/jobs-admin/jobs/{job_id}"
+        assert "Path=/ops/jobs-admin/" in signed.headers["set-cookie"]
+        csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', mounted.get(f"/ops/jobs-admin/jobs/{job_id}").text)
+        assert csrf is not None
+        done = mounted.post(f"/ops/jobs-admin/jobs/{job_id}/cancel", data={"csrf": csrf.group(1)},
+                            follow_redirects=False)
+        assert done.headers["location"] == f"/ops/jobs-admin/jobs/{job_id}?notice=cancelled"
+        assert 'aria-current="page" ' not in page and 'aria-current="page">Jobs' in page

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment as Templates
 from jinja2 import FileSystemLoader, select_autoescape
@@ -97,10 +97,11 @@ class Dashboard:
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """A whole page, or only its ``<main>`` for the live refresh."""
         partial = request.headers.get("x-partial") == "1"
-        html = self.templates.get_template(template).render(
+        root = _root(request)
+        html = self.templates.get_template(template).render(root=root,
             layout="partial.html" if partial else "base.html", request=request, refresh_ms=REFRESH_MS,
             read_only=self.guard.read_only, signed_in=self.guard.session_of(request) is not None,
-            csrf=self.guard.csrf_for(request), csrf_field=CSRF_FIELD, path=request.url.path,
+            csrf=self.guard.csrf_for(request), csrf_field=CSRF_FIELD, path=request.url.path[len(root):] or "/",
             now=datetime.now(UTC).isoformat(), notice=request.query_params.get("notice"), **context)
         return HTMLResponse(html, status_code=status)
 
@@ -125,14 +126,15 @@ class Dashboard:
         try:
             query = _job_query(request)
             if query.pop("find", None):
-                return RedirectResponse(f"/jobs/{query['find_id']}", status_code=303)
+                return RedirectResponse(f"{_root(request)}/jobs/{quote(query['find_id'], safe='')}", status_code=303)
             query.pop("find_id", None)
             data = self.views.jobs(**query)
         except XError as error:
             return self.error_page(request, error, 400)
         params = {k: v for k, v in data["filter"].items() if v and k != "before"}
-        next_url = "/jobs?" + urlencode({**params, "before": data["next"]}) if data["next"] else None
-        first_url = "/jobs?" + urlencode(params) if data["filter"]["before"] else None
+        root = _root(request)
+        next_url = f"{root}/jobs?" + urlencode({**params, "before": data["next"]}) if data["next"] else None
+        first_url = f"{root}/jobs?" + urlencode(params) if data["filter"]["before"] else None
         return self.page(request, "jobs.html", data=data, next_url=next_url, first_url=first_url,
                          queues=self.views.queue_names())
 
@@ -182,19 +184,17 @@ class Dashboard:
             return self.error_page(request, _read_only(), 403)
         if not self.guard.same_origin(request) or not self.guard.token_matches(form.get("token")):
             return self.page(request, "login.html", status=403, failed=True)
-        response = RedirectResponse(form.get("next") or "/", status_code=303)
-        if not str(response.headers["location"]).startswith("/") or response.headers["location"].startswith("//"):
-            response.headers["location"] = "/"
+        response = RedirectResponse(_root(request) + _local(form.get("next")), status_code=303)
         response.set_cookie(SESSION_COOKIE, self.guard.new_session(), httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", path="/")
+                            secure=request.url.scheme == "https", path=_root(request) + "/")
         return response
 
     async def logout(self, request: Request) -> Response:
         form = await _form(request)
         if not self.guard.form_ok(request, form.get(CSRF_FIELD)):
             return self.error_page(request, _forbidden(), 403)
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        response = RedirectResponse(_root(request) + "/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=_root(request) + "/")
         return response
 
     def action(self, run: Callable[[Request, str], Any], back: Callable[[Request, Any], str],
@@ -221,7 +221,7 @@ class Dashboard:
                 return self.error_page(request, error, self.status_of(error))
             if api:
                 return JSONResponse(result)
-            return RedirectResponse(back(request, result), status_code=303)
+            return RedirectResponse(_root(request) + back(request, result), status_code=303)
         return endpoint
 
     def do_cancel(self, request: Request, actor: str) -> dict[str, Any]:
@@ -242,6 +242,19 @@ async def _form(request: Request) -> dict[str, str]:
     """An urlencoded form's fields (the first value of each); nothing else is accepted."""
     body = (await request.body()).decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(body, keep_blank_values=False).items()}
+
+
+def _root(request: Request) -> str:
+    """The prefix the app is mounted under (``""`` when served on its own)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _local(target: str | None) -> str:
+    """Where to go after signing in: a path on this site, never another site (``//host`` and
+    ``/\\host`` are other sites to a browser)."""
+    if not target or not target.startswith("/") or target[1:2] in ("/", "\\") or any(c in target for c in "\r\n"):
+        return "/"
+    return target
 
 
 def _job_query(request: Request) -> dict[str, Any]:
@@ -292,10 +305,10 @@ def build(driver: JobDriver, environment: Environment, token: str | None) -> Sta
     v = d.views
 
     def job_back(request: Request, result: Any) -> str:
-        return f"/jobs/{request.path_params['job_id']}?notice=" + str(result["job"]["state"])
+        return f"/jobs/{quote(request.path_params['job_id'], safe='')}?notice=" + str(result["job"]["state"])
 
     def backfill_back(request: Request, result: Any) -> str:
-        return f"/backfills/{request.path_params['name']}?notice=started"
+        return f"/backfills/{quote(request.path_params['name'], safe='')}?notice=started"
 
     def api_jobs(request: Request) -> Any:
         query = _job_query(request)
@@ -331,7 +344,7 @@ def build(driver: JobDriver, environment: Environment, token: str | None) -> Sta
         Route("/api/workers", d.api(lambda r: v.workers())),
         Route("/api/schedules", d.api(lambda r: v.schedules())),
         Route("/api/limits", d.api(lambda r: v.limits())),
-        Route("/favicon.ico", lambda r: RedirectResponse("/static/favicon.svg", status_code=301)),
+        Route("/favicon.ico", lambda r: RedirectResponse(_root(r) + "/static/favicon.svg", status_code=301)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Headers)])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -33,6 +35,8 @@ PAGE_SIZE = 50
 CHART_MINUTES = 60
 #: Failures of a backfill listed on its page (the CLI pages through the rest).
 FAILURES_SHOWN = 50
+#: Seconds a whole-table read (the overview) is shared between the pages that ask for it.
+SHARED_FOR = 1.0
 #: Running jobs looked at to find who holds concurrency slots and what rate keys are in use.
 FLOW_SCAN = 500
 
@@ -67,15 +71,32 @@ class Views:
         # A pass's total rows (its backfill's count=), asked once per pass: counting may be costly.
         self._totals: dict[str, int | None] = {}
         self._totals_lock = threading.Lock()
+        self._shared_reads: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def now(self) -> float:
         """The driver's clock (the fleet's clock on PostgreSQL)."""
         return self.driver.clock.now()
 
+    def _shared(self, key: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``build()``, shared for :data:`SHARED_FOR` seconds by every open page: the overview counts
+        the whole jobs table, and a dashboard left open in ten tabs must not count it ten times."""
+        now = time.monotonic()
+        with self._totals_lock:
+            hit = self._shared_reads.get(key)
+            if hit is not None and now - hit[0] < SHARED_FOR:
+                return hit[1]
+        value = build()
+        with self._totals_lock:
+            self._shared_reads[key] = (now, value)
+        return value
+
     # ---------------------------------------------------------------- overview
     def overview(self) -> dict[str, Any]:
         """Per queue: counts by state, due jobs and the age of the oldest, paused; completions per
-        minute over the last hour, per queue and in all."""
+        minute over the last hour, per queue and in all (read at most once a second)."""
+        return self._shared("overview", self._overview)
+
+    def _overview(self) -> dict[str, Any]:
         now = self.now()
         start = (math.floor(now / 60) - CHART_MINUTES + 1) * 60
         minutes = [start + 60 * i for i in range(CHART_MINUTES)]
