@@ -146,6 +146,8 @@ class AttemptRunner:
 
     async def _run(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
                    signal: AbortSignal) -> Outcome:
+        if handle.is_async:
+            return await self._run_here(handle, claimed, model, ctx, signal)
         returned = asyncio.Event()
         task = asyncio.ensure_future(self._invoke(handle, claimed, model, ctx, signal, returned))
         aborted = asyncio.ensure_future(signal.wait_async())
@@ -163,29 +165,93 @@ class AttemptRunner:
         aborted.cancel()
         return self._outcome(handle, claimed, task, signal)
 
+    async def _run_here(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
+                        signal: AbortSignal) -> Outcome:
+        """An async handler runs in the attempt's own task: no second task, no waiter, no
+        ``asyncio.wait`` per attempt. A cancel, a lost claim or a shutdown cancels this task from
+        the signal's callback; the timeout is ``asyncio.timeout``. Either way the handler sees
+        ``CancelledError`` at its next ``await``, as it would have in a task of its own."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        armed = True
+
+        def cancel() -> None:
+            if armed:  # the handler may have returned between the abort and this callback
+                task.cancel()
+
+        def on_abort() -> None:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to stop
+                    loop.call_soon_threadsafe(cancel)
+
+        signal.on_abort(on_abort)
+        deadline = asyncio.timeout(handle.timeout)
+        failure: BaseException | None = None
+        value: Any = None
+        try:
+            async with deadline:
+                value = await self._invoke(handle, claimed, model, ctx, signal, None)
+        except asyncio.CancelledError as cancelled:
+            if not signal.aborted:
+                raise  # the worker's own task is being cancelled: not this attempt's business
+            failure = cancelled
+        except TimeoutError as error:
+            armed = False  # the abort below must not cancel this task again: the handler is over
+            if deadline.expired() and not signal.aborted:
+                signal.abort(TIMEOUT)
+            failure = error
+        except BaseException as error:  # SuspendRun is a BaseException; the outcome sorts it
+            failure = error
+        finally:
+            armed = False
+        # The signal's cancel was delivered to the handler (or, disarmed, never requested): the
+        # settle that follows must not see it counted.
+        while task.cancelling():
+            task.uncancel()
+        if failure is None:
+            return self._finished(handle, claimed, value)
+        return self._failed(handle, claimed, failure, signal)
+
     def _outcome(self, handle: JobHandle[Any], claimed: ClaimedJob, task: asyncio.Future[Any],
                  signal: AbortSignal) -> Outcome:
         if task.done() and not task.cancelled():
             error = task.exception()
             if error is None:
-                try:
-                    # Serialised once, here: what cannot be stored is refused now (a retry would
-                    # return it again), and the driver stores this text without dumping it again.
-                    result = Serialized(strict_dumps(to_jsonable_python(task.result())))
-                except Exception as bad:
-                    # The same handler would return the same value again: not worth a retry.
-                    refused = XError(f'job "{handle.name}" returned a value that cannot be stored as JSON: {bad}',
-                                     "return JSON data (str, finite numbers, bool, None, lists, dicts)",
-                                     code="X_JOB_RESULT")
-                    refused.retryable = False
-                    return self._failure(handle, claimed, refused, format_error(refused))
-                return Outcome("done", result=result)
-            if isinstance(error, SuspendRun):
-                return Outcome("suspended", delay=error.delay)
-            if not signal.aborted or not isinstance(error, JobAbortedError | asyncio.CancelledError):
-                if signal.aborted and signal.reason in LOST_REASONS:
-                    return Outcome("aborted", format_error(error))
-                return self._failure(handle, claimed, error, format_error(error))
+                return self._finished(handle, claimed, task.result())
+            return self._failed(handle, claimed, error, signal)
+        return self._failed(handle, claimed, asyncio.CancelledError(), signal)
+
+    def _finished(self, handle: JobHandle[Any], claimed: ClaimedJob, value: Any) -> Outcome:
+        try:
+            # Serialised once, here: what cannot be stored is refused now (a retry would
+            # return it again), and the driver stores this text without dumping it again.
+            result = Serialized(strict_dumps(to_jsonable_python(value)))
+        except Exception as bad:
+            # The same handler would return the same value again: not worth a retry.
+            refused = XError(f'job "{handle.name}" returned a value that cannot be stored as JSON: {bad}',
+                             "return JSON data (str, finite numbers, bool, None, lists, dicts)",
+                             code="X_JOB_RESULT")
+            refused.retryable = False
+            return self._failure(handle, claimed, refused, format_error(refused))
+        return Outcome("done", result=result)
+
+    def _failed(self, handle: JobHandle[Any], claimed: ClaimedJob, error: BaseException,
+                signal: AbortSignal) -> Outcome:
+        if isinstance(error, SuspendRun):
+            return Outcome("suspended", delay=error.delay)
+        interrupted = isinstance(error, JobAbortedError | asyncio.CancelledError) or (
+            signal.reason == TIMEOUT and isinstance(error, TimeoutError))
+        if not signal.aborted or not interrupted:
+            if signal.aborted and signal.reason in LOST_REASONS:
+                return Outcome("aborted", format_error(error))
+            return self._failure(handle, claimed, error, format_error(error))
         reason = signal.reason or "aborted"
         if reason == TIMEOUT:
             text = f"X_JOB_TIMEOUT: attempt {claimed.job.attempt} exceeded its timeout of {handle.timeout}s"
@@ -195,7 +261,7 @@ class AttemptRunner:
         return Outcome("aborted", f"aborted: {reason}")
 
     async def _invoke(self, handle: JobHandle[Any], claimed: ClaimedJob, model: Any, ctx: Ctx,
-                      signal: AbortSignal, returned: asyncio.Event) -> Any:
+                      signal: AbortSignal, returned: asyncio.Event | None) -> Any:
         if handle.is_async:
             astep = AsyncStep(self.driver, claimed, signal, self.clock)
             with use_ctx(ctx):
@@ -210,7 +276,8 @@ class AttemptRunner:
                     run = cast("Callable[..., Any]", handle.handler)
                     return run(model, ctx, sstep) if handle.takes_step else run(model, ctx)
             finally:
-                with contextlib.suppress(RuntimeError):  # the loop is gone when nobody waits any more
-                    loop.call_soon_threadsafe(returned.set)
+                if returned is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop is gone when nobody waits any more
+                        loop.call_soon_threadsafe(returned.set)
 
         return await loop.run_in_executor(self.handler_pool, contextvars.copy_context().run, call)

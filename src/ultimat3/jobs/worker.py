@@ -228,7 +228,15 @@ class Worker:
 
     def _notify(self, _queue: str = "*") -> None:
         loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
+        if loop is None or wake is None or loop.is_closed():
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            wake.set()  # on the loop's own thread: no self-pipe write
+        else:
             loop.call_soon_threadsafe(wake.set)
 
     # -- attempts -------------------------------------------------------------------------------
