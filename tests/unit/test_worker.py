@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -446,3 +447,43 @@ def test_prune_after_must_be_positive(memory: MemoryDriver) -> None:
     with pytest.raises(XError) as refused:
         Worker(memory, prune_after=0)
     assert refused.value.code == "X_WORKER_CONFIG" and "prune_after=0" in refused.value.message
+
+
+def test_an_abort_that_lands_after_an_async_handler_returned_does_not_cancel_its_ack(memory: MemoryDriver) -> None:
+    # The handler runs in the attempt's own task, which the signal cancels: once the handler has
+    # returned, a late abort (a heartbeat that lost the race, a stop) must not hit the settle.
+    @job(name="late.abort", tenant="none")
+    async def late(input: Any, ctx: Ctx, step: AsyncStep) -> str:
+        asyncio.get_running_loop().call_soon(step.signal.abort, "cancelled")
+        return "finished"
+
+    result = late.enqueue(driver=memory)
+    assert drain(memory) == 1
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "done" and row.result == "finished"
+
+
+def test_an_async_handler_cancelled_mid_await_ends_at_once_and_the_worker_carries_on(memory: MemoryDriver) -> None:
+    seen: list[str] = []
+
+    @job(name="cancel.mid", tenant="none")
+    async def waits(input: Any, ctx: Ctx, step: AsyncStep) -> None:
+        asyncio.get_running_loop().call_later(0.01, step.signal.abort, "cancelled")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    @job(name="after.cancel", tenant="none")
+    async def after(input: Any, ctx: Ctx) -> str:
+        return "ran"
+
+    first = waits.enqueue(driver=memory)
+    second = after.enqueue(driver=memory)
+    started = time.monotonic()
+    drain(memory, concurrency=1)
+    assert time.monotonic() - started < 5  # not the 30 s sleep
+    assert seen == ["cancelled"]
+    assert state(memory, first.id) == "running"  # aborted: nothing written; the claim lapses (or a cancel wrote it)
+    assert state(memory, second.id) == "done"
