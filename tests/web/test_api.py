@@ -142,6 +142,19 @@ def test_jobs_filter_and_page_by_keyset(read_only: TestClient, driver: JobDriver
     assert found.status_code == 303 and found.headers["location"] == f"/jobs/{ids[2]}"
 
 
+def test_jobs_filter_by_error_code_or_text(read_only: TestClient, driver: JobDriver) -> None:
+    kept = ping(driver, 1)
+    failed = claim(driver, "error-filter-worker")
+    assert failed == kept
+    driver.nack(failed, _token(driver, failed), NackRequest(error="X_PAYMENT_DOWN: provider is down"))
+    ping(driver, 2)
+    for needle in ("X_PAYMENT_DOWN", "provider is down"):
+        [found] = read_only.get("/api/jobs", params={"error": needle}).json()["jobs"]
+        assert found["id"] == failed
+    assert read_only.get("/api/jobs", params={"error": "X_OTHER"}).json()["jobs"] == []
+    assert 'value="X_PAYMENT_DOWN"' in read_only.get("/jobs", params={"error": "X_PAYMENT_DOWN"}).text
+
+
 @pytest.mark.parametrize(("params", "code"), [
     ({"state": "bogus"}, "X_WEB_FILTER"), ({"limit": "0"}, "X_WEB_FILTER"), ({"limit": "many"}, "X_WEB_FILTER"),
 ])

@@ -259,7 +259,7 @@ def _local(target: str | None) -> str:
 
 def _job_query(request: Request) -> dict[str, Any]:
     q = request.query_params
-    query: dict[str, Any] = {k: (q.get(k) or None) for k in ("queue", "name", "state", "tenant", "before")}
+    query: dict[str, Any] = {k: (q.get(k) or None) for k in ("queue", "name", "state", "tenant", "error", "before")}
     if q.get("id"):
         query["find"] = True
         query["find_id"] = q["id"].strip()

@@ -119,19 +119,23 @@ class Views:
 
     # ---------------------------------------------------------------- jobs
     def jobs(self, *, queue: str | None = None, name: str | None = None, state: str | None = None,
-             tenant: str | None = None, before: str | None = None, limit: int = PAGE_SIZE) -> dict[str, Any]:
-        """One page of jobs, newest first, and the cursor of the next page (``None``: last page)."""
+             tenant: str | None = None, error: str | None = None, before: str | None = None,
+             limit: int = PAGE_SIZE) -> dict[str, Any]:
+        """One page of jobs, newest first, and the cursor of the next page (``None``: last page).
+        ``error`` is a code or any text of the last error, as ``x jobs ls --error``."""
         if state is not None and state not in JOB_STATES:
             raise XError(f"no job state is called {state!r}", f"use one of: {', '.join(JOB_STATES)}",
                          code="X_WEB_FILTER")
         if not 1 <= limit <= 500:
             raise XError(f"a page holds 1 to 500 jobs, not {limit}", "pass limit=50", code="X_WEB_FILTER")
-        flt = JobFilter(queue=queue, name=name, state=state, tenant_id=tenant, before=before, limit=limit + 1)
+        flt = JobFilter(queue=queue, name=name, state=state, tenant_id=tenant, error=error, before=before,
+                        limit=limit + 1)
         rows = self.driver.introspect.list(flt)
         page = rows[:limit]
         return {"jobs": [job_json(job) for job in page],
                 "next": page[-1].id if len(rows) > limit else None,
-                "filter": {"queue": queue, "name": name, "state": state, "tenant": tenant, "before": before}}
+                "filter": {"queue": queue, "name": name, "state": state, "tenant": tenant, "error": error,
+                           "before": before}}
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """One job: its row, every attempt, its recorded steps, its backfill pass, and why it waits."""
