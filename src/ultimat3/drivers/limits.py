@@ -99,18 +99,28 @@ def limit_error(what: str, limit: str, value: int, actual: str) -> ConfigError:
 
 
 def check_depth(value: Any, *, what: str) -> None:
-    """Refuse ``value`` nested deeper than ``max_depth`` lists/objects — iteratively, so a hostile
-    payload cannot exhaust the stack of the check meant to stop it."""
+    """Refuse ``value`` nested deeper than ``max_depth`` lists/objects — iteratively, level by
+    level, so a hostile payload cannot exhaust the stack of the check meant to stop it (and a
+    plain dict of scalars, the common input, costs one pass over its values)."""
     limit = current_limits().max_depth
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            raise limit_error(what, "max_depth", limit, f"is nested more than {limit} levels deep")
-        stack.extend((child, depth + 1) for child in children)
+    level: list[Any] = [value]
+    depth = 1
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is dict:
+                children: Any = item.values()
+            elif kind is list or kind is tuple:
+                children = item
+            elif isinstance(item, Mapping):
+                children = item.values()
+            elif isinstance(item, list | tuple):
+                children = item
+            else:
+                continue
+            if depth > limit:
+                raise limit_error(what, "max_depth", limit, f"is nested more than {limit} levels deep")
+            below.extend(children)
+        level = below
+        depth += 1
