@@ -10,7 +10,7 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from pydantic_core import to_jsonable_python
@@ -72,13 +72,15 @@ def format_error(error: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 20] + "\n…(truncated)"
 
 
-def run_ctx(claimed: ClaimedJob, environment: Environment) -> Ctx:
-    """The context a run executes under: an actor for this job, acting for the row's org."""
+def run_ctx(claimed: ClaimedJob, environment: Environment, grants: tuple[Grant, ...] = ()) -> Ctx:
+    """The context a run executes under: an actor for this job, acting for the row's org (with
+    ``grants``, built in one go rather than copied per attempt)."""
     job = claimed.job
     return Ctx(
         actor=Actor(id=f"job:{job.name}:{job.id}", org_id=job.tenant_id),
         environment=environment,
         traceparent=job.traceparent,
+        grants=grants,
         tick=tick_of(job.enqueued_by),
     )
 
@@ -130,11 +132,9 @@ class AttemptRunner:
         mismatch = check_stored_tenant(job.name, job.tenant_id, computed)
         if mismatch is not None:
             return Outcome("dead", str(mismatch))
-        ctx = run_ctx(claimed, self.environment)
         # A run of a tenant='none' job may fan work out to every org, for as long as it runs.
         grant = Grant(SYSTEM_SCOPE, f'run of job "{job.name}" (tenant=\'none\')') if job.tenant_id is None else None
-        if grant is not None:
-            ctx = replace(ctx, grants=(*ctx.grants, grant))
+        ctx = run_ctx(claimed, self.environment, () if grant is None else (grant,))
         try:
             with attempt_span(job.name, job.queue, job.id, job.attempt, job.traceparent) as span:
                 outcome = await self._run(handle, claimed, model, ctx, signal)
