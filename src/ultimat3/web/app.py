@@ -31,7 +31,7 @@ from ultimat3.core.errors import XError
 from ultimat3.drivers.protocol import JOB_STATES, JobDriver
 from ultimat3.web import actions
 from ultimat3.web.security import CSRF_FIELD, SECURITY_HEADERS, SESSION_COOKIE, Guard
-from ultimat3.web.views import PAGE_SIZE, Views
+from ultimat3.web.views import PAGE_SIZE, Views, job_json
 
 HERE = Path(__file__).parent
 #: How often a page refreshes its data, in milliseconds.
@@ -98,8 +98,8 @@ class Dashboard:
         """A whole page, or only its ``<main>`` for the live refresh."""
         partial = request.headers.get("x-partial") == "1"
         root = _root(request)
-        html = self.templates.get_template(template).render(root=root,
-            layout="partial.html" if partial else "base.html", request=request, refresh_ms=REFRESH_MS,
+        html = self.templates.get_template(template).render(
+            root=root, layout="partial.html" if partial else "base.html", request=request, refresh_ms=REFRESH_MS,
             read_only=self.guard.read_only, signed_in=self.guard.session_of(request) is not None,
             csrf=self.guard.csrf_for(request), csrf_field=CSRF_FIELD, path=request.url.path[len(root):] or "/",
             now=datetime.now(UTC).isoformat(), notice=request.query_params.get("notice"), **context)
@@ -118,11 +118,13 @@ class Dashboard:
 
     # ------------------------------------------------------------------ reads (HTML)
     def overview(self, request: Request) -> Response:
+        """``/``: queues and the completions chart."""
         data = self.views.overview()
         peak = max(data["completed_per_minute"] or [0]) or 1
         return self.page(request, "overview.html", data=data, peak=peak)
 
     def jobs(self, request: Request) -> Response:
+        """``/jobs``: filters, a keyset page, find by id (a redirect to the job)."""
         try:
             query = _job_query(request)
             if query.pop("find", None):
@@ -139,15 +141,18 @@ class Dashboard:
                          queues=self.views.queue_names())
 
     def job(self, request: Request) -> Response:
+        """``/jobs/ID``: one job, its attempts and steps."""
         data = self.views.job(request.path_params["job_id"])
         if data is None:
             return self.error_page(request, _no_job(request.path_params["job_id"]), 404)
         return self.page(request, "job.html", data=data)
 
     def backfills(self, request: Request) -> Response:
+        """``/backfills``: every declared backfill and its latest pass."""
         return self.page(request, "backfills.html", data=self.views.backfills())
 
     def backfill(self, request: Request) -> Response:
+        """``/backfills/NAME``: every pass and the quarantined rows."""
         name = request.path_params["name"]
         data = self.views.backfill(name)
         if data is None:
@@ -155,15 +160,19 @@ class Dashboard:
         return self.page(request, "backfill.html", data=data)
 
     def workers(self, request: Request) -> Response:
+        """``/workers``: the registry and what each worker runs."""
         return self.page(request, "workers.html", data=self.views.workers())
 
     def schedules(self, request: Request) -> Response:
+        """``/schedules``: next fire, last tick, paused."""
         return self.page(request, "schedules.html", data=self.views.schedules())
 
     def limits(self, request: Request) -> Response:
+        """``/limits``: concurrency slots and rate buckets in use."""
         return self.page(request, "limits.html", data=self.views.limits())
 
     def login_form(self, request: Request) -> Response:
+        """``GET /login``: the token form (or why there is none)."""
         return self.page(request, "login.html")
 
     # ------------------------------------------------------------------ reads (JSON)
@@ -179,6 +188,7 @@ class Dashboard:
 
     # ------------------------------------------------------------------ actions
     async def login(self, request: Request) -> Response:
+        """``POST /login``: a session cookie for the right token, from this site only."""
         form = await _form(request)
         if self.guard.read_only:
             return self.error_page(request, _read_only(), 403)
@@ -190,6 +200,7 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
+        """``POST /logout``: end the session (CSRF-checked like any change)."""
         form = await _form(request)
         if not self.guard.form_ok(request, form.get(CSRF_FIELD)):
             return self.error_page(request, _forbidden(), 403)
@@ -225,16 +236,15 @@ class Dashboard:
         return endpoint
 
     def do_cancel(self, request: Request, actor: str) -> dict[str, Any]:
-        from ultimat3.web.views import job_json
-
+        """Cancel the job in the path."""
         return {"job": job_json(actions.cancel(self.driver, request.path_params["job_id"], actor))}
 
     def do_retry(self, request: Request, actor: str) -> dict[str, Any]:
-        from ultimat3.web.views import job_json
-
+        """Retry the job in the path."""
         return {"job": job_json(actions.retry(self.driver, request.path_params["job_id"], actor))}
 
     def do_start(self, request: Request, actor: str) -> dict[str, Any]:
+        """Start a pass of the backfill in the path."""
         return actions.start_backfill(self.driver, self.environment, request.path_params["name"], actor)
 
 
