@@ -133,7 +133,7 @@ def plan(args: argparse.Namespace) -> list[Case]:
                 cases.append(Case(group, LABELS[system], _role(system), argv, database=f"bench_{system}", note=note))
 
     if "drain" in args.only:
-        for conc in (1, 10):
+        for conc in DRAIN_CONCURRENCY:
             group = f"PostgreSQL drain, concurrency {conc} ({n:,} no-op jobs, one worker process)"
             for system in systems:
                 base = [script(system), "drain", "--url", "{url}", "--n", str(n), "--concurrency", str(conc),
@@ -156,7 +156,7 @@ def plan(args: argparse.Namespace) -> list[Case]:
                 elif system == "pgqueuer":
                     capped = "entrypoint" if conc == 1 else "budget"
                     note = ("@entrypoint(concurrency_limit=1), batch_size=1" if conc == 1
-                            else "max_concurrent_tasks=10, batch_size=5")
+                            else f"max_concurrent_tasks={conc}, batch_size={conc // 2}")
                     cases.append(Case(group, LABELS[system], "peer", [*base, "--variant", capped],
                                       database="bench_pgqueuer", note=note))
                     cases.append(Case(group, f"pgqueuer (uncapped, batch_size={conc})", "info",
@@ -289,15 +289,18 @@ def tables(cases: list[Case]) -> list[tuple[str, list[str], list[list[str]]]]:
                              f"{r['min_gap_ms']:.1f}..{r['max_gap_ms']:.1f}", c.note])
         else:
             unit = "rows/s" if "rows" in first and "jobs" not in first else "jobs/s"
-            header = ["system", unit, "×ours", "% of floor", "client CPU", "PG CPU", "how"]
+            header = ["system", unit, "×ours", "% of floor", "client CPU", "PG CPU", "client µs/job", "PG µs/job",
+                      "how"]
             base = ours.result["rate"] if ours and ours.result else None
             fbase = floor.result["rate"] if floor and floor.result else None
             for c in members:
                 r = c.result
                 if r is None:
-                    rows.append([c.label, f"ERROR: {c.error}", "", "", "", "", c.note])
+                    rows.append([c.label, f"ERROR: {c.error}", "", "", "", "", "", "", c.note])
                     continue
                 pct = f"{100 * r['rate'] / fbase:.0f}%" if fbase else "—"
+                per_client = f"{per_job(r, 'client_cpu_cores'):.0f}" if "client_cpu_cores" in r else ""
+                per_server = f"{per_job(r, 'server_cpu_cores'):.0f}" if "server_cpu_cores" in r else ""
                 client = f"{r['client_cpu_cores']:.2f}" if "client_cpu_cores" in r else ""
                 server = f"{r['server_cpu_cores']:.2f}" if "server_cpu_cores" in r else ""
                 verified = r.get("verified_done", r.get("verified"))
@@ -309,9 +312,18 @@ def tables(cases: list[Case]) -> list[tuple[str, list[str], list[list[str]]]]:
                 else:
                     spread = ""
                 rows.append([c.label, _fmt_rate(r["rate"]) + spread + flag, _ratio(r["rate"], base), pct, client,
-                             server, c.note])
+                             server, per_client, per_server, c.note])
         out.append((group, header, rows))
     return out
+
+
+#: The drain cases' concurrencies: one attempt at a time, a usual worker, and a wide one.
+DRAIN_CONCURRENCY = (1, 10, 100)
+
+
+def per_job(result: dict[str, Any], key: str) -> float:
+    """Microseconds of CPU per job (or row): cores busy divided by the rate."""
+    return 1e6 * result[key] / result["rate"]
 
 
 def targets(cases: list[Case]) -> list[tuple[str, str, bool | None]]:
@@ -324,22 +336,38 @@ def targets(cases: list[Case]) -> list[tuple[str, str, bool | None]]:
         return None
 
     out: list[tuple[str, str, bool | None]] = []
-    for conc in (1, 10):
+
+    def ratio(target: str, a: dict[str, Any] | None, b: dict[str, Any] | None, goal: float) -> None:
+        if a and b:
+            r = a["rate"] / b["rate"]
+            out.append((target, f"{r:.2f}×", r >= goal))
+
+    # Issue #13's table.
+    for conc, floor_goal, peer_goal, peer_label in ((1, 0.6, None, ""), (10, 0.6, 1.5, "pgqueuer"),
+                                                     (100, 0.5, 1.5, "pgqueuer (uncapped, batch_size=100)")):
         prefix = f"PostgreSQL drain, concurrency {conc} "
         ours = find(prefix, "ultimat3")
-        pro = find(prefix, "procrastinate")
-        pgq = find(prefix, "pgqueuer")
         floor = find(prefix, "bare SQL floor, single" if conc == 1 else f"bare SQL floor, batched ({conc})")
-        if ours and pro:
-            r = ours["rate"] / pro["rate"]
-            out.append((f"drain c={conc}: ≥ 2× procrastinate", f"{r:.2f}×", r >= 2))
-        if ours and pgq:
-            r = ours["rate"] / pgq["rate"]
-            out.append((f"drain c={conc}: ≥ pgqueuer", f"{r:.2f}×", r >= 1))
-        if ours and floor:
-            r = ours["rate"] / floor["rate"]
-            kind = "single" if conc == 1 else "batched"
-            out.append((f"drain c={conc}: ≥ 50% of the {kind} bare-SQL floor", f"{100 * r:.0f}%", r >= 0.5))
+        kind = "single" if conc == 1 else f"batched({conc})"
+        ratio(f"drain c={conc}: ≥ {floor_goal}× the {kind} floor", ours, floor, floor_goal)
+        if peer_goal is not None:
+            ratio(f"drain c={conc}: ≥ {peer_goal}× {peer_label}", ours, find(prefix, peer_label), peer_goal)
+        if ours and conc > 1 and "client_cpu_cores" in ours:
+            us = per_job(ours, "client_cpu_cores")
+            out.append((f"drain c={conc}: client CPU ≤ 50 µs/job", f"{us:.0f} µs", us <= 50))
+        if ours and floor and "server_cpu_cores" in ours and "server_cpu_cores" in floor:
+            r = per_job(ours, "server_cpu_cores") / per_job(floor, "server_cpu_cores")
+            out.append((f"drain c={conc}: PG CPU per job ≤ 2× the floor's", f"{r:.2f}×", r <= 2))
+    ratio("enqueue, one call per job: ≥ 0.8× floor", find("PostgreSQL enqueue, one call", "ultimat3"),
+          find("PostgreSQL enqueue, one call", "bare SQL floor"), 0.8)
+    ratio("enqueue_many: ≥ 0.5× floor", find("PostgreSQL enqueue, batches", "ultimat3"),
+          find("PostgreSQL enqueue, batches", "bare SQL floor"), 0.5)
+    ratio("enqueue_many: ≥ pgqueuer", find("PostgreSQL enqueue, batches", "ultimat3"),
+          find("PostgreSQL enqueue, batches", "pgqueuer"), 1.0)
+    ratio("SQLite drain c=10: ≥ 0.4× floor", find("SQLite drain, concurrency 10", "ultimat3 (sqlite driver)"),
+          find("SQLite drain, concurrency 10", "bare sqlite3 floor, batched (10)"), 0.4)
+    ratio("SQLite enqueue_many: ≥ 0.4× floor", find("SQLite enqueue, batches", "ultimat3 (sqlite driver)"),
+          find("SQLite enqueue, batches", "bare sqlite3 floor"), 0.4)
     lat = find("PostgreSQL enqueue-to-start", "ultimat3")
     if lat:
         out.append(("enqueue-to-start p50 < 5 ms", f"{lat['p50_ms']:.2f} ms (p99 {lat['p99_ms']:.2f})",
@@ -348,7 +376,7 @@ def targets(cases: list[Case]) -> list[tuple[str, str, bool | None]]:
     hand = find("PostgreSQL backfill sweep", "hand-written keyset loop")
     if sweep and hand:
         r = sweep["rate"] / hand["rate"]
-        out.append(("backfill sweep ≥ 90% of the hand-written loop", f"{100 * r:.0f}%", r >= 0.9))
+        out.append(("backfill sweep ≥ 0.9× the hand-written loop", f"{r:.2f}×", r >= 0.9))
     for c in cases:
         if c.group.startswith("Backfill pacer") and c.system == "ours" and c.result:
             e = c.result["error_pct"]

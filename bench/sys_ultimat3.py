@@ -74,7 +74,7 @@ def enqueue(args) -> None:
 class _Timed:
     """Per-method call counts and seconds of a driver (``--variant timing``)."""
 
-    def __init__(self, driver, names=("claim", "ack", "ack_many", "nack", "heartbeat")) -> None:
+    def __init__(self, driver, names=("claim", "ack", "ack_many", "ack_and_claim", "nack", "heartbeat")) -> None:
         import threading
 
         self.calls: dict[str, list[float]] = {name: [0, 0.0, 0] for name in names}
@@ -96,12 +96,15 @@ class _Timed:
                     slot[2] += len(out)
                 elif name == "ack_many":
                     slot[2] += len(args[0])
+                elif name == "ack_and_claim":
+                    slot[2] += len(out[1])  # jobs claimed (acks: as many as the calls' batches)
             return out
 
         return timed
 
     def report(self) -> dict:
-        return {name: {"calls": c, "seconds": round(s, 4), **({"jobs": j} if name in ("claim", "ack_many") else {})}
+        counted = ("claim", "ack_many", "ack_and_claim")
+        return {name: {"calls": c, "seconds": round(s, 4), **({"jobs": j} if name in counted else {})}
                 for name, (c, s, j) in self.calls.items() if c}
 
 

@@ -954,6 +954,16 @@ class JobDriver(Protocol):
         commit for many jobs instead of one each."""
         ...
 
+    def ack_and_claim(self, acks: Sequence[Ack], request: ClaimRequest) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`ack_many` then :meth:`claim` in ONE transaction (one commit, one round trip where
+        the database allows): the settled flags, per ack and in order, and the claimed batch.
+
+        The acks are fenced exactly as :meth:`ack_many`'s, and the claim is exactly
+        :meth:`claim`'s; if either raises, neither is written. A busy worker uses it to hand the
+        slots of the attempts it acks straight to the next jobs, paying one commit per batch
+        instead of two."""
+        ...
+
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:
         """Put a failed or suspended attempt back, or dead-letter it, if still running under
         ``claim_token``. See :class:`NackRequest`."""

@@ -21,7 +21,15 @@ from ultimat3.core.errors import check, first_line
 from ultimat3.core.throttle import ThrottledLog
 from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.fair import check_weights
-from ultimat3.drivers.protocol import Ack, ClaimedJob, ClaimRequest, JobDriver, WaitingName, WorkerInfo
+from ultimat3.drivers.protocol import (
+    Ack,
+    ClaimedJob,
+    ClaimRequest,
+    JobDriver,
+    NackRequest,
+    WaitingName,
+    WorkerInfo,
+)
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
 from ultimat3.jobs.schedule import tick_text
@@ -204,6 +212,10 @@ class Worker:
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ack_writes: set[asyncio.Future[None]] = set()
         self._stopping = False
+        # Slots promised to claims in flight (the main loop's, or one riding with an ack batch).
+        self._reserved = 0
+        # Whether ack batches carry the next claim (run(): yes; drain(), with its budget: no).
+        self._claim_with_acks = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.processed = 0
@@ -241,19 +253,31 @@ class Worker:
 
     # -- attempts -------------------------------------------------------------------------------
 
-    async def _claim(self, limit: int) -> list[ClaimedJob]:
+    def _claim_request(self, limit: int) -> ClaimRequest | None:
         names = self.names
-        if not names:
+        if not names or limit < 1:
+            return None
+        return ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
+                            queues=self.queues, names=names, flow=self._governs(names), fair=self.fair,
+                            weights=self.weights)
+
+    async def _claim(self, limit: int) -> list[ClaimedJob]:
+        request = self._claim_request(limit)
+        if request is None:
             return []
-        request = ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
-                               queues=self.queues, names=names, flow=self._governs(names), fair=self.fair,
-                               weights=self.weights)
-        claimed = await self._io(self.driver.claim, request)
+        self._reserved += limit
+        try:
+            claimed = await self._io(self.driver.claim, request)
+        finally:
+            self._reserved -= limit
+        self._took(claimed)
+        return claimed
+
+    def _took(self, claimed: list[ClaimedJob]) -> None:
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
         self._token_at = getattr(claimed, "wake_at", None)
         if claimed:
             self._emit(WorkerEvent("claimed", self.worker_id, count=len(claimed)))
-        return claimed
 
     def _start(self, claimed: ClaimedJob) -> None:
         active = _Active(claimed, AbortSignal(claimed.job.name))
@@ -336,8 +360,27 @@ class Worker:
             task.add_done_callback(self._ack_writes.discard)
 
     async def _write_acks(self, batch: list[tuple[Ack, asyncio.Future[bool]]]) -> None:
+        acks = [ack for ack, _ in batch]
+        claimed: list[ClaimedJob] = []
+        # The batch's slots free up with its commit: the same transaction claims the next jobs for
+        # them (and any other free slot), so a busy worker pays one round trip and one commit per
+        # batch instead of an ack's and a claim's.
+        limit = self.concurrency - len(self._active) - self._reserved + len(batch)
+        request = self._claim_request(limit) if self._claim_with_acks and not self._stopping else None
         try:
-            settled = await self._io(self.driver.ack_many, [ack for ack, _ in batch])
+            if request is None:
+                settled = await self._io(self.driver.ack_many, acks)
+            else:
+                self._reserved += limit
+                try:
+                    settled, claimed = await self._io(self.driver.ack_and_claim, acks, request)
+                except Exception as error:
+                    # Whatever failed (most likely the claim), the acks must not wait for it.
+                    _throttled.warning("claim", "claim with acks failed (%s: %s); acking alone",
+                                       type(error).__name__, first_line(str(error)))
+                    settled = await self._io(self.driver.ack_many, acks)
+                finally:
+                    self._reserved -= limit
         except Exception as error:
             for _, future in batch:
                 if not future.done():
@@ -346,6 +389,28 @@ class Worker:
         for (_, future), ok in zip(batch, settled, strict=True):
             if not future.done():
                 future.set_result(ok)
+        if not claimed:
+            return
+        self._took(claimed)
+        if self._stopping:
+            # Claimed while the worker was told to stop: hand them back at once, no attempt burned.
+            await self._release(claimed)
+            return
+        for job in claimed:
+            self._start(job)
+        if len(claimed) < (request.limit if request is not None else 0) or getattr(claimed, "more", False):
+            self._notify()  # the main loop decides whether to wait or claim again
+
+    async def _release(self, claimed: list[ClaimedJob]) -> None:
+        release = NackRequest(counts_as_attempt=False, release=True)
+        for job in claimed:
+            try:
+                await self._io(self.driver.nack, job.job.id, job.claim_token, release)
+            except Exception as error:
+                _throttled.warning("release", "could not release job %s (%s); its claim will lapse and it runs "
+                                   "again", job.job.id, first_line(str(error)), job_id=job.job.id)
+            self._emit(WorkerEvent("released", self.worker_id, job.job.id, job.job.name, job.job.attempt,
+                                   queue=job.job.queue))
 
     async def _after_dead(self, claimed: ClaimedJob, error: str | None) -> None:
         handle = get_job(claimed.job.name)
@@ -560,6 +625,7 @@ class Worker:
         """Claim and run jobs until :meth:`stop`, then shut down gracefully."""
         unsubscribe = self._bind()
         assert self._wake is not None
+        self._claim_with_acks = True
         liveness: asyncio.Future[None] | None = None
         if self.liveness_interval is not None:
             try:
@@ -579,7 +645,7 @@ class Worker:
         try:
             while not self._stopping:
                 self._wake.clear()
-                free = self.concurrency - len(self._active)
+                free = self.concurrency - len(self._active) - self._reserved
                 claimed: list[ClaimedJob] = []
                 if free > 0:
                     try:
@@ -661,6 +727,9 @@ class Worker:
                 for active in list(self._active.values()):
                     active.signal.abort(SHUTDOWN)
                 await asyncio.wait(pending, timeout=10.0)
+        if self._ack_writes:
+            # An ack batch still in flight may carry claimed jobs to release: let it finish.
+            await asyncio.wait(set(self._ack_writes), timeout=10.0)
         log.info("worker %s stopped", self.worker_id)
 
     def _close_pools(self) -> None:

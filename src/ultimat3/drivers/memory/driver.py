@@ -204,60 +204,71 @@ class MemoryDriver:
         """Move up to ``request.limit`` runnable jobs to ``running`` under fresh claim tokens."""
         check_weights(request.weights)  # refused before anything is claimed
         if request.limit < 1:
-            return []
-        queues = None if request.queues is None else frozenset(request.queues)
-        names = None if request.names is None else frozenset(request.names)
+            return ClaimBatch()
+        with self._store.lock:
+            return self._claim_locked(request, self.clock.now())
+
+    def ack_and_claim(self, acks: Sequence[Ack], request: ClaimRequest) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`ack_many` then :meth:`claim` under one hold of the store's lock."""
+        check_weights(request.weights)
+        stored = self._results(acks)
         with self._store.lock:
             now = self.clock.now()
-            paused = {queue for queue, (is_paused, _, _) in self._store.queues.items() if is_paused}
-            runnable = [
-                job
-                for job in self._store.jobs.values()
-                if (
-                    (job.state in _RUNNABLE_WAITING and job.run_at <= now)
-                    # A lapsed claim: its worker is presumed lost, so the job is up for grabs.
-                    or (job.state == "running" and job.visible_at is not None and job.visible_at <= now)
-                )
-                and (queues is None or job.queue in queues)
-                and (names is None or job.name in names)
-                and job.queue not in paused
-            ]
-            runnable.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-            # Flow-controlled waiting rows are claimed first (within their limits) and only by a
-            # claim that asks for them; a lapsed one is taken over like any other, in its slot.
-            governed = [job for job in runnable if job.state != "running" and (
-                job.flow_key is not None or job.rate_key is not None)]
-            plain = [job for job in runnable if job.state == "running" or (
-                job.flow_key is None and job.rate_key is None)]
-            batch = ClaimBatch()
+            settled = self._ack_locked(acks, stored, now)
+            return settled, self._claim_locked(request, now) if request.limit >= 1 else ClaimBatch()
 
-            def take(jobs: list[_Job]) -> list[_Job]:
-                for job in jobs:
-                    with self._store.changing(job):
-                        self._store.set_state(job, "running")
-                        job.attempt += 1
-                        job.claimed_by = request.worker_id
-                        job.visible_at = now + request.visibility_timeout
-                        # Random suffix: the same worker re-claiming at the same attempt gets a new token.
-                        job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
-                        job.started_at = now
-                        job.updated_at = now
-                    batch.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
-                return jobs
+    def _claim_locked(self, request: ClaimRequest, now: float) -> ClaimBatch:
+        queues = None if request.queues is None else frozenset(request.queues)
+        names = None if request.names is None else frozenset(request.names)
+        paused = {queue for queue, (is_paused, _, _) in self._store.queues.items() if is_paused}
+        runnable = [
+            job
+            for job in self._store.jobs.values()
+            if (
+                (job.state in _RUNNABLE_WAITING and job.run_at <= now)
+                # A lapsed claim: its worker is presumed lost, so the job is up for grabs.
+                or (job.state == "running" and job.visible_at is not None and job.visible_at <= now)
+            )
+            and (queues is None or job.queue in queues)
+            and (names is None or job.name in names)
+            and job.queue not in paused
+        ]
+        runnable.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        # Flow-controlled waiting rows are claimed first (within their limits) and only by a
+        # claim that asks for them; a lapsed one is taken over like any other, in its slot.
+        governed = [job for job in runnable if job.state != "running" and (
+            job.flow_key is not None or job.rate_key is not None)]
+        plain = [job for job in runnable if job.state == "running" or (
+            job.flow_key is None and job.rate_key is None)]
+        batch = ClaimBatch()
 
-            if request.flow:
-                decided = self._admit(governed, now, request.limit)
-                batch.wake_at, batch.more = decided.wake_at, decided.refused
-                picked = set(decided.ids)
-                take([job for job in governed if job.id in picked])
-            if request.fair:
-                take([job for job in plain if job.state == "running"][: request.limit - len(batch)])
-                self._claim_fair([job for job in plain if job.state != "running"], request, take,
-                                 request.limit - len(batch))
-            else:
-                take(plain[: request.limit - len(batch)])
-            batch.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
-            return batch
+        def take(jobs: list[_Job]) -> list[_Job]:
+            for job in jobs:
+                with self._store.changing(job):
+                    self._store.set_state(job, "running")
+                    job.attempt += 1
+                    job.claimed_by = request.worker_id
+                    job.visible_at = now + request.visibility_timeout
+                    # Random suffix: the same worker re-claiming at the same attempt gets a new token.
+                    job.claim_token = f"{request.worker_id}:{job.attempt}:{uuid.uuid4().hex[:12]}"
+                    job.started_at = now
+                    job.updated_at = now
+                batch.append(ClaimedJob(job=job.record(), claim_token=job.claim_token))
+            return jobs
+
+        if request.flow:
+            decided = self._admit(governed, now, request.limit)
+            batch.wake_at, batch.more = decided.wake_at, decided.refused
+            picked = set(decided.ids)
+            take([job for job in governed if job.id in picked])
+        if request.fair:
+            take([job for job in plain if job.state == "running"][: request.limit - len(batch)])
+            self._claim_fair([job for job in plain if job.state != "running"], request, take,
+                             request.limit - len(batch))
+        else:
+            take(plain[: request.limit - len(batch)])
+        batch.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
+        return batch
 
     def _claim_fair(self, waiting: list[_Job], request: ClaimRequest, take: Callable[[list[_Job]], list[_Job]],
                     limit: int) -> None:
@@ -310,23 +321,30 @@ class MemoryDriver:
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` at once, each fenced on its own token."""
-        stored = [json.loads(result_text(a.result, what=f"result of job {a.job_id}")) for a in acks]
-        settled: list[bool] = []
+        stored = self._results(acks)
         with self._store.lock:
-            now = self.clock.now()
-            for item, result in zip(acks, stored, strict=True):
-                job = self._store.jobs.get(item.job_id) if is_storable_text(item.job_id) else None
-                if job is None or not job.held_by(item.claim_token):
-                    settled.append(False)
-                    continue
-                self._store.set_state(job, "done")
-                job.result = result
-                job.finished_at = now
-                job.updated_at = now
-                job.claim_token = None
-                job.visible_at = None
-                job.last_error = None
-                settled.append(True)
+            return self._ack_locked(acks, stored, self.clock.now())
+
+    @staticmethod
+    def _results(acks: Sequence[Ack]) -> list[Any]:
+        # Refused before anything is written, as the SQL drivers encode before their statement.
+        return [json.loads(result_text(a.result, what=f"result of job {a.job_id}")) for a in acks]
+
+    def _ack_locked(self, acks: Sequence[Ack], stored: list[Any], now: float) -> list[bool]:
+        settled: list[bool] = []
+        for item, result in zip(acks, stored, strict=True):
+            job = self._store.jobs.get(item.job_id) if is_storable_text(item.job_id) else None
+            if job is None or not job.held_by(item.claim_token):
+                settled.append(False)
+                continue
+            self._store.set_state(job, "done")
+            job.result = result
+            job.finished_at = now
+            job.updated_at = now
+            job.claim_token = None
+            job.visible_at = None
+            job.last_error = None
+            settled.append(True)
         return settled
 
     @fenced_key(lambda: False)

@@ -163,6 +163,79 @@ class _Staged:
         return self.staged.duplicate(existing_id)
 
 
+class _ClaimPlan:
+    """One claim's statements, from the driver's cursor plan: run alone (:meth:`PostgresDriver.claim`)
+    or after acks in their transaction (:meth:`PostgresDriver.ack_and_claim`), then folded back into
+    the cursors by :meth:`finish` (or :meth:`failed`)."""
+
+    def __init__(self, driver: PostgresDriver, request: ClaimRequest, queues: list[str] | None,
+                 names: list[str] | None) -> None:
+        self.driver, self.request, self.queues = driver, request, queues
+        now = driver.clock.now()
+        listener = driver.listener
+        self.now = now
+        self.plan = driver._cursors.plan(queues, names, now, request.visibility_timeout,
+                                         heard=listener is not None and listener.hears is True)
+        self.base: dict[str, Any] = {
+            "now": to_datetime(now),
+            "visible_at": to_datetime(now + request.visibility_timeout),
+            "worker": request.worker_id,
+            "names": names,
+        }
+        waiting = {**self.base, **self.plan.params}
+        if queues is not None:
+            # One queue: equality, not ANY, so the planner walks x_jobs_claim_idx in claim order.
+            waiting.update({"queue": queues[0]} if len(queues) == 1 else {"queues": queues})
+        self.waiting = waiting
+        #: One statement, no transaction of its own needed: the plain claim of a busy worker.
+        self.single = not (self.plan.look_for_lapsed or self.plan.passed or request.flow or request.fair)
+        self.wake_at: float | None = None
+        self.more = False
+
+    def run_single(self, cur: Any) -> Any:
+        """Execute the one statement of a :attr:`single` claim on ``cur`` (its rows not yet fetched)."""
+        return cur.execute(_Q[self.plan.query], {**self.waiting, "limit": self.request.limit})
+
+    def run(self, conn: Conn) -> tuple[list[Row], list[Row]]:
+        """Every statement of the claim, inside the caller's transaction: (early rows, fresh rows)."""
+        request, base, plan = self.request, self.base, self.plan
+        cur = _rows(conn)
+        early: list[Row] = []
+        if request.flow:
+            early, self.wake_at, self.more = claim_flow(conn, base, self.queues, request.limit, self.now)
+        if plan.look_for_lapsed and len(early) < request.limit:
+            early += cur.execute(_Q["claim_lapsed"], {**base, "queues": self.queues, "floor": plan.lapsed_floor,
+                                                      "limit": request.limit - len(early)}).fetchall()
+        if plan.passed and len(early) < request.limit:
+            early += cur.execute(_Q["claim_passed"], {**base, "passed": plan.passed,
+                                                      "limit": request.limit - len(early)},
+                                 prepare=_PLAN_EACH_TIME).fetchall()
+        left = request.limit - len(early)
+        if request.fair:
+            return early + self.driver._claim_fair(cur, base, self.queues, request, left), []
+        fresh = cur.execute(_Q[plan.query], {**self.waiting, "limit": left}).fetchall() if left > 0 else []
+        return early, fresh
+
+    def failed(self) -> None:
+        """The windows this claim would have covered are looked at again."""
+        self.driver._cursors.failed(self.plan)
+
+    def finish(self, early: list[Row], fresh: list[Row]) -> ClaimBatch:
+        """Move the cursors past what was claimed; the batch in claim order."""
+        cursors, plan = self.driver._cursors, self.plan
+        if fresh:
+            first = min(fresh, key=_claim_order)
+            head = first["head_priority"], first["head_run_at"], first["head_id"]
+            cursors.claimed(plan, None if head[0] is None else head,
+                            (first["priority"], first["run_at"], first["id"]), [row["id"] for row in fresh], self.now)
+        if early:
+            cursors.taken(plan, [row["id"] for row in early])
+        rows = sorted([*early, *fresh], key=_claim_order)
+        batch = ClaimBatch(ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows)
+        batch.wake_at, batch.more = self.wake_at, self.more
+        return batch
+
+
 class PostgresDriver:
     """A :class:`~ultimat3.drivers.protocol.JobDriver` on PostgreSQL: a fleet of workers shares it.
 
@@ -447,67 +520,62 @@ class PostgresDriver:
         LOCKED``, in one transaction.
         """
         check_weights(request.weights)  # refused before anything is claimed
-        if request.limit < 1:
-            return []
-        queues = None if request.queues is None else list(dict.fromkeys(request.queues))
-        names = None if request.names is None else list(dict.fromkeys(request.names))
-        if queues == [] or names == []:
-            return []  # "none of these" matches nothing
-        now = self.clock.now()
-        listener = self._listener
-        plan = self._cursors.plan(queues, names, now, request.visibility_timeout,
-                                  heard=listener is not None and listener.hears is True)
-        base: dict[str, Any] = {
-            "now": to_datetime(now),
-            "visible_at": to_datetime(now + request.visibility_timeout),
-            "worker": request.worker_id,
-            "names": names,
-        }
-        waiting = {**base, **plan.params}
-        if queues is not None:
-            # One queue: equality, not ANY, so the planner walks x_jobs_claim_idx in claim order.
-            waiting.update({"queue": queues[0]} if len(queues) == 1 else {"queues": queues})
-        passed = plan.passed
-        wake: list[float | None] = [None]
-        more = [False]
+        claim = self._claim_plan(request)
+        if claim is None:
+            return ClaimBatch()
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
-            cur = _rows(conn)
-            if not plan.look_for_lapsed and not passed and not request.flow and not request.fair:
-                return [], cur.execute(_Q[plan.query], {**waiting, "limit": request.limit}).fetchall()
+            if claim.single:
+                return [], claim.run_single(_rows(conn)).fetchall()
             with conn.transaction():
-                early: list[Row] = []
-                if request.flow:
-                    early, wake[0], more[0] = claim_flow(conn, base, queues, request.limit, now)
-                if plan.look_for_lapsed and len(early) < request.limit:
-                    early += cur.execute(_Q["claim_lapsed"], {**base, "queues": queues, "floor": plan.lapsed_floor,
-                                                              "limit": request.limit - len(early)}).fetchall()
-                if passed and len(early) < request.limit:
-                    early += cur.execute(_Q["claim_passed"], {**base, "passed": passed,
-                                                              "limit": request.limit - len(early)},
-                                         prepare=_PLAN_EACH_TIME).fetchall()
-                left = request.limit - len(early)
-                if request.fair:
-                    return early + self._claim_fair(cur, base, queues, request, left), []
-                fresh = cur.execute(_Q[plan.query], {**waiting, "limit": left}).fetchall() if left > 0 else []
-            return early, fresh
+                return claim.run(conn)
 
         try:
             early, fresh = self._db.run(op)
         except BaseException:
-            self._cursors.failed(plan)  # the windows this claim would have covered are looked at again
+            claim.failed()
             raise
-        if fresh:
-            first = min(fresh, key=_claim_order)
-            head = first["head_priority"], first["head_run_at"], first["head_id"]
-            self._cursors.claimed(plan, None if head[0] is None else head,
-                                  (first["priority"], first["run_at"], first["id"]), [row["id"] for row in fresh], now)
-        if early:
-            self._cursors.taken(plan, [row["id"] for row in early])
-        rows = sorted([*early, *fresh], key=_claim_order)
-        batch = ClaimBatch(ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows)
-        batch.wake_at, batch.more = wake[0], more[0]
-        return batch
+        return claim.finish(early, fresh)
+
+    def ack_and_claim(self, acks: Sequence[Ack], request: ClaimRequest) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`ack_many` then :meth:`claim` in one transaction; the plain claim (no flow
+        control, no fair turns, nothing lapsed or passed to look at) is pipelined with the acks:
+        BEGIN, the acks, the claim and COMMIT go out in one round trip."""
+        check_weights(request.weights)
+        params, usable = self._ack_params(acks)
+        claim = self._claim_plan(request)
+
+        def op(conn: Conn, _: bool) -> tuple[list[Any], list[Row], list[Row]]:
+            if claim is None or claim.single:
+                with conn.pipeline(), conn.transaction():
+                    acked = _tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME) if params else None
+                    fresh = claim.run_single(_rows(conn)) if claim is not None else None
+                return ([] if acked is None else acked.fetchall()), [], ([] if fresh is None else fresh.fetchall())
+            with conn.transaction():
+                acked_rows = (_tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME).fetchall()
+                              if params else [])
+                early_rows, fresh_rows = claim.run(conn)
+            return acked_rows, early_rows, fresh_rows
+
+        try:
+            rows, early, fresh = self._db.run(op)
+        except BaseException:
+            if claim is not None:
+                claim.failed()
+            raise
+        done = {row[0] for row in rows}
+        settled = [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
+        return settled, ClaimBatch() if claim is None else claim.finish(early, fresh)
+
+    def _claim_plan(self, request: ClaimRequest) -> _ClaimPlan | None:
+        """What a claim will run, from this driver's cursors; ``None`` when it can claim nothing."""
+        if request.limit < 1:
+            return None
+        queues = None if request.queues is None else list(dict.fromkeys(request.queues))
+        names = None if request.names is None else list(dict.fromkeys(request.names))
+        if queues == [] or names == []:
+            return None  # "none of these" matches nothing
+        return _ClaimPlan(self, request, queues, names)
 
     def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, request: ClaimRequest,
                     limit: int) -> list[Row]:
@@ -543,21 +611,28 @@ class PostgresDriver:
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
-        if not acks:
-            return []
+        params, usable = self._ack_params(acks)
+        if params is None:
+            return [False] * len(acks)
+        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
+                                                                  prepare=_PLAN_EACH_TIME).fetchall())
+        done = {row[0] for row in rows}
+        return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
+
+    def _ack_params(self, acks: Sequence[Ack]) -> tuple[dict[str, Any] | None, list[bool]]:
+        """The ``ack_many`` parameters (``None``: no ack can settle) and which acks are storable;
+        a result that cannot be stored is refused here, before anything is written."""
         results = [Jsonb(result_text(a.result, what=f"result of job {a.job_id}"), dumps=_as_is) for a in acks]
         usable = [is_storable_text(a.job_id) and is_storable_text(a.claim_token) for a in acks]
-        params = {
+        if not any(usable):
+            return None, usable
+        return {
             "ids": [a.job_id for a, ok in zip(acks, usable, strict=True) if ok],
             "tokens": [a.claim_token for a, ok in zip(acks, usable, strict=True) if ok],
             "results": [r for r, ok in zip(results, usable, strict=True) if ok],
             "now": to_datetime(self.clock.now()),
             "channel": self.channel,
-        }
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
-                                                                  prepare=_PLAN_EACH_TIME).fetchall())
-        done = {row[0] for row in rows}
-        return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
+        }, usable
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

@@ -530,35 +530,51 @@ class SqliteDriver:
         """Move up to ``request.limit`` runnable jobs to ``running``, in claim order."""
         check_weights(request.weights)  # refused before anything is claimed
         if request.limit <= 0 or request.queues == () or request.names == ():
-            return []
+            return ClaimBatch()
+        batch = ClaimBatch()
+        return self._claimed(self._write(lambda conn, now: self._claim_in(conn, now, request, batch)), batch)
+
+    def ack_and_claim(self, acks: Sequence[Ack], request: ClaimRequest) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`ack_many` then :meth:`claim` in one ``BEGIN IMMEDIATE`` transaction: one commit."""
+        check_weights(request.weights)
+        encoded = [result_text(item.job_id, item.result) for item in acks]
+        claims = request.limit > 0 and request.queues != () and request.names != ()
+        batch = ClaimBatch()
+
+        def run(conn: sqlite3.Connection, now: float) -> tuple[list[bool], list[sqlite3.Row]]:
+            settled = self._ack_in(conn, now, acks, encoded)
+            return settled, self._claim_in(conn, now, request, batch) if claims else []
+
+        settled, rows = self._write(run)
+        return settled, self._claimed(rows, batch)
+
+    @staticmethod
+    def _claimed(rows: list[sqlite3.Row], batch: ClaimBatch) -> ClaimBatch:
+        # RETURNING yields rows in no promised order.
+        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        batch.extend(ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows)
+        return batch
+
+    def _claim_in(self, conn: sqlite3.Connection, now: float, request: ClaimRequest,
+                  batch: ClaimBatch) -> list[sqlite3.Row]:
+        """The claim's statements under the write lock the caller holds; ``batch`` gets its
+        ``wake_at`` and ``more``."""
         query = "claim" if request.queues is None else "claim_queues"
         params: dict[str, Any] = {
             "worker_id": request.worker_id,
             "limit": request.limit,
             "queues": None if request.queues is None else json.dumps(list(request.queues)),
             "names": None if request.names is None else json.dumps(list(request.names)),
+            "now": now,
+            "visible_at": now + request.visibility_timeout,
         }
-
-        wake: list[float | None] = [None]
-        more = [False]
-
-        def run(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
-            params["now"] = now
-            params["visible_at"] = now + request.visibility_timeout
-            governed: list[sqlite3.Row] = []
-            if request.flow:
-                governed, wake[0], more[0] = self._claim_flow(conn, params, request.limit, now)
-            left = request.limit - len(governed)
-            if request.fair:
-                return governed + self._claim_fair(conn, params, request, left)
-            return governed + (conn.execute(QUERIES[query], {**params, "limit": left}).fetchall() if left else [])
-
-        rows = self._write(run)
-        # RETURNING yields rows in no promised order.
-        rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
-        batch = ClaimBatch(ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows)
-        batch.wake_at, batch.more = wake[0], more[0]
-        return batch
+        governed: list[sqlite3.Row] = []
+        if request.flow:
+            governed, batch.wake_at, batch.more = self._claim_flow(conn, params, request.limit, now)
+        left = request.limit - len(governed)
+        if request.fair:
+            return governed + self._claim_fair(conn, params, request, left)
+        return governed + (conn.execute(QUERIES[query], {**params, "limit": left}).fetchall() if left else [])
 
     def _claim_fair(self, conn: sqlite3.Connection, params: dict[str, Any], request: ClaimRequest,
                     limit: int) -> list[sqlite3.Row]:
@@ -627,18 +643,18 @@ class SqliteDriver:
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one transaction (one commit), each fenced on its token."""
         encoded = [result_text(item.job_id, item.result) for item in acks]
+        return self._write(lambda conn, now: self._ack_in(conn, now, acks, encoded)) if acks else []
 
-        def run(conn: sqlite3.Connection, now: float) -> list[bool]:
-            settled = []
-            for item, result in zip(acks, encoded, strict=True):
-                if not (is_storable_text(item.job_id) and is_storable_text(item.claim_token)):
-                    settled.append(False)
-                    continue
-                params = {"id": item.job_id, "claim_token": item.claim_token, "result": result, "now": now}
-                settled.append(conn.execute(QUERIES["ack"], params).rowcount == 1)
-            return settled
-
-        return self._write(run) if acks else []
+    @staticmethod
+    def _ack_in(conn: sqlite3.Connection, now: float, acks: Sequence[Ack], encoded: list[str | None]) -> list[bool]:
+        settled = []
+        for item, result in zip(acks, encoded, strict=True):
+            if not (is_storable_text(item.job_id) and is_storable_text(item.claim_token)):
+                settled.append(False)
+                continue
+            params = {"id": item.job_id, "claim_token": item.claim_token, "result": result, "now": now}
+            settled.append(conn.execute(QUERIES["ack"], params).rowcount == 1)
+        return settled
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

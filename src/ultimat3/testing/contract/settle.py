@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from ultimat3.core.clock import ManualClock
-from ultimat3.drivers.protocol import JobDriver, NackRequest
+from typing import Any
 
-from .helpers import Backdoor, at, claim, claim_one, dead_letter, enqueue, enqueue_and_claim, get, retry_later, suspend
+from ultimat3.core.clock import ManualClock
+from ultimat3.drivers.protocol import Ack, ClaimRequest, JobDriver, NackRequest
+
+from .helpers import (
+    Backdoor,
+    at,
+    claim,
+    claim_one,
+    dead_letter,
+    enqueue,
+    enqueue_and_claim,
+    get,
+    request,
+    retry_later,
+    suspend,
+)
 
 
 def test_ack_marks_the_job_done_with_its_result(driver: JobDriver, clock: ManualClock) -> None:
@@ -235,3 +249,98 @@ def test_release_with_a_delay_holds_the_job_back(driver: JobDriver, clock: Manua
     job = get(driver, claimed.job.id)
     assert job.state == "ready" and job.attempt == 0 and job.run_at == at(clock.now() + 60)
     assert claim(driver, "w2") == []
+
+
+def _claim_request(worker: str = "w1", limit: int = 2, **fields: Any) -> ClaimRequest:
+    fields.setdefault("visibility_timeout", 30.0)
+    return ClaimRequest(worker_id=worker, limit=limit, **fields)
+
+
+def test_ack_and_claim_settles_fenced_acks_and_claims_the_next_jobs_in_order(
+    driver: JobDriver, clock: ManualClock
+) -> None:
+    jobs = []
+    for n in range(6):
+        jobs.append(enqueue(driver, payload={"n": n}).id)
+        clock.advance(0.001)
+    first, second = claim(driver, "w1", limit=2)
+    clock.advance(1)
+    settled, claimed = driver.ack_and_claim(
+        [Ack(first.job.id, first.claim_token, {"n": 0}), Ack(second.job.id, "w1:1:not-the-token")],
+        _claim_request("w2", limit=2),
+    )
+    assert settled == [True, False]
+    assert [c.job.id for c in claimed] == jobs[2:4]
+    assert all(c.job.state == "running" and c.job.claimed_by == "w2" and c.job.attempt == 1 for c in claimed)
+    assert len({c.claim_token for c in claimed}) == 2
+    assert (get(driver, first.job.id).state, get(driver, first.job.id).result) == ("done", {"n": 0})
+    assert get(driver, first.job.id).finished_at == at(clock.now())
+    assert get(driver, second.job.id).state == "running"
+    # The claim moved on: the next one starts where it stopped, and the acked job is not seen again.
+    assert [c.job.id for c in claim(driver, "w3", limit=5)] == jobs[4:]
+    # A claimed job is fenced as any other: its token acks it, once.
+    assert driver.ack_many([Ack(claimed[0].job.id, claimed[0].claim_token)]) == [True]
+    assert driver.ack_and_claim([Ack(claimed[0].job.id, claimed[0].claim_token)], _claim_request()) == ([False], [])
+
+
+def test_ack_and_claim_with_nothing_to_ack_or_to_claim(driver: JobDriver) -> None:
+    only = enqueue(driver).id
+    settled, claimed = driver.ack_and_claim([], _claim_request(limit=3))
+    assert settled == [] and [c.job.id for c in claimed] == [only]
+    settled, claimed = driver.ack_and_claim([Ack(claimed[0].job.id, claimed[0].claim_token, 7)],
+                                            _claim_request(limit=3))
+    assert settled == [True] and claimed == []
+    assert get(driver, only).result == 7
+    enqueue(driver)
+    for nothing in (_claim_request(limit=0), _claim_request(names=()), _claim_request(queues=())):
+        assert driver.ack_and_claim([Ack("no-such-job", "w1:1:x")], nothing) == ([False], [])
+
+
+def test_ack_and_claim_hands_a_freed_concurrency_slot_to_its_own_claim(driver: JobDriver, clock: ManualClock) -> None:
+    held = driver.enqueue(request("flow.task", flow_key="k", flow_max=1)).id
+    clock.advance(0.001)
+    waiting = driver.enqueue(request("flow.task", flow_key="k", flow_max=1)).id
+    clock.advance(1)
+    [running] = claim(driver, "w1", limit=5, flow=True)
+    assert running.job.id == held
+    assert claim(driver, "w1", limit=5, flow=True) == []  # the key is full
+    settled, claimed = driver.ack_and_claim([Ack(running.job.id, running.claim_token)],
+                                            _claim_request(limit=5, flow=True))
+    assert settled == [True] and [c.job.id for c in claimed] == [waiting]
+
+
+def test_ack_and_claim_takes_over_a_lapsed_claim(driver: JobDriver, clock: ManualClock) -> None:
+    lost = enqueue(driver).id
+    clock.advance(0.001)
+    done = enqueue(driver).id
+    first = claim_one(driver, "w1", visibility_timeout=5)
+    second = claim_one(driver, "w2", visibility_timeout=60)
+    assert (first.job.id, second.job.id) == (lost, done)
+    clock.advance(10)
+    settled, claimed = driver.ack_and_claim([Ack(done, second.claim_token)], _claim_request("w3", limit=2))
+    assert settled == [True]
+    assert [(c.job.id, c.job.attempt, c.job.claimed_by) for c in claimed] == [(lost, 2, "w3")]
+    assert driver.ack(lost, first.claim_token) is False  # the first claim lost its fence
+
+
+def test_ack_and_claim_refuses_before_writing_anything(driver: JobDriver, clock: ManualClock) -> None:
+    import pytest
+
+    from ultimat3.core.errors import XError
+
+    for _ in range(2):
+        enqueue(driver)
+        clock.advance(0.001)
+    spare = enqueue(driver).id
+    good, bad = claim(driver, "w1", limit=2)
+    assert spare not in (good.job.id, bad.job.id)
+    with pytest.raises(XError) as caught:
+        driver.ack_and_claim([Ack(good.job.id, good.claim_token, 1), Ack(bad.job.id, bad.claim_token, float("nan"))],
+                             _claim_request(limit=5))
+    assert caught.value.code == "X_JOB_RESULT"
+    with pytest.raises(XError) as weighed:
+        driver.ack_and_claim([Ack(good.job.id, good.claim_token, 1)],
+                             _claim_request(limit=5, fair=True, weights={"acme": 0}))
+    assert weighed.value.code == "X_FAIR_WEIGHT"
+    assert get(driver, good.job.id).state == "running"
+    assert get(driver, spare).state == "ready"
