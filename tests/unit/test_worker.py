@@ -487,3 +487,60 @@ def test_an_async_handler_cancelled_mid_await_ends_at_once_and_the_worker_carrie
     assert seen == ["cancelled"]
     assert state(memory, first.id) == "running"  # aborted: nothing written; the claim lapses (or a cancel wrote it)
     assert state(memory, second.id) == "done"
+
+
+def test_jobs_claimed_ahead_go_back_to_ready_unburned_at_stop(memory: MemoryDriver) -> None:
+    entered = threading.Event()
+
+    @job(name="holder", tenant="none", input=Item, retry=RetryPolicy(max_attempts=1))
+    def holder(input: Item, ctx: Ctx, step: SyncStep) -> None:
+        entered.set()
+        step.signal.wait(10)
+        step.signal.raise_if_aborted()
+
+    ids = [holder.enqueue({"n": n}, driver=memory).id for n in range(3)]
+    worker = Worker(memory, environment="test", concurrency=1, prefetch=2, grace_period=0.05, poll_interval=0.01)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.to_thread(entered.wait, 10)
+        # One running, two claimed ahead of a free slot: the worker holds all three claims.
+        assert [state(memory, job_id) for job_id in ids] == ["running"] * 3
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    rows = [memory.introspect.get(job_id) for job_id in ids]
+    assert all(r is not None and r.state == "ready" and r.attempt == 0 and r.claimed_by is None for r in rows)
+
+
+def test_prefetch_zero_claims_only_for_free_slots_and_a_bad_prefetch_is_refused(memory: MemoryDriver) -> None:
+    claimed: list[int] = []
+    finished = threading.Event()
+
+    @job(name="quick", tenant="none", input=Item)
+    async def quick(input: Item, ctx: Ctx, step: AsyncStep) -> None:
+        return None
+
+    def seen(event: WorkerEvent) -> None:
+        if event.kind == "claimed":
+            claimed.append(event.count)
+        elif event.kind == "done" and sum(claimed) == 6 and worker.processed == 5:
+            finished.set()  # the sixth attempt settles as this event is sent
+
+    for n in range(6):
+        quick.enqueue({"n": n}, driver=memory)
+    worker = Worker(memory, environment="test", concurrency=2, prefetch=0, poll_interval=0.01, on_event=seen)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.to_thread(finished.wait, 10)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    assert claimed and max(claimed) <= 2 and sum(claimed) == 6
+    for bad in (-1, 1.5, True):
+        with pytest.raises(XError) as caught:
+            Worker(memory, environment="test", prefetch=bad)  # type: ignore[arg-type]
+        assert caught.value.code == "X_WORKER_CONFIG"

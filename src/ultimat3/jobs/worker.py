@@ -11,6 +11,7 @@ import signal as os_signal
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -134,6 +135,7 @@ class Worker:
         horizon_warning: float | None = 60.0,
         prune_after: float | None = None,
         fair: bool | Mapping[str, int] = False,
+        prefetch: int | None = None,
     ) -> None:
         check(
             isinstance(concurrency, int) and concurrency >= 1,
@@ -173,6 +175,15 @@ class Worker:
             "write prune_after=7 * 86400 (finished jobs older than a week go), or None to keep them",
             code="X_WORKER_CONFIG",
         )
+        check(
+            prefetch is None or (isinstance(prefetch, int) and not isinstance(prefetch, bool) and prefetch >= 0),
+            f"Worker(prefetch={prefetch!r}) — prefetch is a whole number of jobs, 0 or more",
+            "write prefetch=0 (claim only for free slots) or leave it out (as many as concurrency)",
+            code="X_WORKER_CONFIG",
+        )
+        #: Jobs claimed ahead of a free slot (plain claims only: never jobs under flow control or
+        #: fair dispatch), started the moment a handler returns instead of after a round trip.
+        self.prefetch = concurrency if prefetch is None else prefetch
         self.liveness_interval = liveness_interval
         #: Finished jobs older than this many seconds are deleted by this worker every
         #: PRUNE_INTERVAL (jittered); ``None``: never (``x db prune`` by hand or from cron).
@@ -206,6 +217,10 @@ class Worker:
         self.runner = AttemptRunner(driver, environment=self.environment, handler_pool=self._handler_pool,
                                     rand=rand)
         self._active: dict[str, _Active] = {}
+        # Claimed ahead, not started yet (see prefetch); heartbeated and released like the others.
+        self._ahead: deque[ClaimedJob] = deque()
+        # Attempts whose handler has not returned: the slots ``concurrency`` bounds.
+        self._busy = 0
         self.ack_delay = ack_delay
         self.unknown_names_interval = unknown_names_interval
         self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
@@ -273,6 +288,18 @@ class Worker:
         self._took(claimed)
         return claimed
 
+    def _room(self, settling: int = 0) -> int:
+        """How many more jobs this worker may claim: slots plus prefetch, less what it holds
+        (``settling``: attempts whose ack is about to commit, whose claims end with it)."""
+        ahead = 0 if self._governs(self.names) or self.fair or not self._claim_with_acks else self.prefetch
+        held = len(self._active) - settling + len(self._ahead) + self._reserved
+        return self.concurrency + ahead - held
+
+    def _fill(self) -> None:
+        """Start jobs claimed ahead while a slot is free."""
+        while self._ahead and self._busy < self.concurrency and not self._stopping:
+            self._start(self._ahead.popleft())
+
     def _took(self, claimed: list[ClaimedJob]) -> None:
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
         self._token_at = getattr(claimed, "wake_at", None)
@@ -280,6 +307,7 @@ class Worker:
             self._emit(WorkerEvent("claimed", self.worker_id, count=len(claimed)))
 
     def _start(self, claimed: ClaimedJob) -> None:
+        self._busy += 1
         active = _Active(claimed, AbortSignal(claimed.job.name))
         self._active[claimed.job.id] = active
         active.task = asyncio.ensure_future(self._attempt(active))
@@ -293,6 +321,10 @@ class Worker:
         except Exception as error:  # defensive: the runner is meant never to raise
             log.exception("attempt runner failed", extra={"job_id": job.id})
             outcome = Outcome("retry", f"{type(error).__name__}: {error}", delay=1.0)
+        finally:
+            # The handler is over: its slot goes to a job claimed ahead while this one settles.
+            self._busy -= 1
+            self._fill()
         try:
             settled = await self._settle(claimed, outcome)
         except Exception as error:
@@ -342,7 +374,7 @@ class Worker:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), future))
         waiting = len(self._acks)
-        if waiting >= len(self._active) or waiting >= MAX_ACK_BATCH:
+        if self._busy == 0 or waiting >= MAX_ACK_BATCH:
             self._flush_acks()
         elif self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(self.ack_delay, self._flush_acks)
@@ -365,7 +397,7 @@ class Worker:
         # The batch's slots free up with its commit: the same transaction claims the next jobs for
         # them (and any other free slot), so a busy worker pays one round trip and one commit per
         # batch instead of an ack's and a claim's.
-        limit = self.concurrency - len(self._active) - self._reserved + len(batch)
+        limit = self._room(settling=len(batch))
         request = self._claim_request(limit) if self._claim_with_acks and not self._stopping else None
         try:
             if request is None:
@@ -396,8 +428,8 @@ class Worker:
             # Claimed while the worker was told to stop: hand them back at once, no attempt burned.
             await self._release(claimed)
             return
-        for job in claimed:
-            self._start(job)
+        self._ahead.extend(claimed)
+        self._fill()
         if len(claimed) < (request.limit if request is not None else 0) or getattr(claimed, "more", False):
             self._notify()  # the main loop decides whether to wait or claim again
 
@@ -424,6 +456,19 @@ class Worker:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
+            for ahead in list(self._ahead):
+                # A job claimed ahead keeps its claim as a running one does; one whose claim is gone
+                # (cancelled, lapsed) is dropped before it ever starts.
+                try:
+                    kept = await self._io(self.driver.heartbeat, ahead.job.id, ahead.claim_token,
+                                          self.visibility_timeout)
+                except Exception as error:
+                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", first_line(str(error)),
+                                       job_id=ahead.job.id)
+                    continue
+                if not kept:
+                    with contextlib.suppress(ValueError):
+                        self._ahead.remove(ahead)
             for active in list(self._active.values()):
                 if active.signal.aborted:
                     continue
@@ -645,7 +690,7 @@ class Worker:
         try:
             while not self._stopping:
                 self._wake.clear()
-                free = self.concurrency - len(self._active) - self._reserved
+                free = self._room()
                 claimed: list[ClaimedJob] = []
                 if free > 0:
                     try:
@@ -656,8 +701,11 @@ class Worker:
                         await asyncio.sleep(min(5.0, self.poll_interval * 2))
                         continue
                     _throttled.recovered("claim", "claiming works again")
-                    for job in claimed:
-                        self._start(job)
+                    if self._stopping:
+                        await self._release(claimed)
+                        break
+                    self._ahead.extend(claimed)
+                    self._fill()
                 if free > 0 and (len(claimed) == free or getattr(claimed, "more", False)):
                     continue  # more may be waiting: claim again at once
                 with contextlib.suppress(TimeoutError):
@@ -719,6 +767,10 @@ class Worker:
         self._notify()
 
     async def _shutdown(self) -> None:
+        if self._ahead:
+            # Claimed ahead and never started: back to ready at once, no attempt burned.
+            ahead, self._ahead = list(self._ahead), deque()
+            await self._release(ahead)
         tasks = {a.task for a in self._active.values() if a.task is not None}
         if tasks:
             log.info("worker stopping: waiting up to %ss for %d attempt(s)", self.grace_period, len(tasks))
