@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -268,32 +268,47 @@ class Worker:
 
     # -- attempts -------------------------------------------------------------------------------
 
-    def _claim_request(self, limit: int) -> ClaimRequest | None:
-        names = self.names
+    def _claim_request(self, names: tuple[str, ...], limit: int) -> ClaimRequest | None:
         if not names or limit < 1:
             return None
         return ClaimRequest(worker_id=self.worker_id, limit=limit, visibility_timeout=self.visibility_timeout,
                             queues=self.queues, names=names, flow=self._governs(names), fair=self.fair,
                             weights=self.weights)
 
-    async def _claim(self, limit: int) -> list[ClaimedJob]:
-        request = self._claim_request(limit)
+    async def _claim(self, limit: int, names: tuple[str, ...] | None = None) -> list[ClaimedJob]:
+        request = self._claim_request(self.names if names is None else names, limit)
         if request is None:
             return []
-        self._reserved += limit
-        try:
+        with self._reserving(limit):
             claimed = await self._io(self.driver.claim, request)
-        finally:
-            self._reserved -= limit
         self._took(claimed)
         return claimed
 
-    def _room(self, settling: int = 0) -> int:
+    @contextlib.contextmanager
+    def _reserving(self, slots: int) -> Iterator[None]:
+        """Count ``slots`` as held while a claim for them is in flight."""
+        self._reserved += slots
+        try:
+            yield
+        finally:
+            self._reserved -= slots
+
+    def _room(self, names: tuple[str, ...], settling: int = 0) -> int:
         """How many more jobs this worker may claim: slots plus prefetch, less what it holds
         (``settling``: attempts whose ack is about to commit, whose claims end with it)."""
-        ahead = 0 if self._governs(self.names) or self.fair or not self._claim_with_acks else self.prefetch
+        ahead = 0 if self._governs(names) or self.fair or not self._claim_with_acks else self.prefetch
         held = len(self._active) - settling + len(self._ahead) + self._reserved
         return self.concurrency + ahead - held
+
+    async def _hold(self, claimed: list[ClaimedJob]) -> bool:
+        """Queue claimed jobs to start as slots free; ``False`` (and each released, no attempt
+        burned) when the worker was told to stop while they were being claimed."""
+        if self._stopping:
+            await self._release(claimed)
+            return False
+        self._ahead.extend(claimed)
+        self._fill()
+        return True
 
     def _fill(self) -> None:
         """Start jobs claimed ahead while a slot is free."""
@@ -397,22 +412,21 @@ class Worker:
         # The batch's slots free up with its commit: the same transaction claims the next jobs for
         # them (and any other free slot), so a busy worker pays one round trip and one commit per
         # batch instead of an ack's and a claim's.
-        limit = self._room(settling=len(batch))
-        request = self._claim_request(limit) if self._claim_with_acks and not self._stopping else None
+        names = self.names
+        limit = self._room(names, settling=len(batch))
+        request = self._claim_request(names, limit) if self._claim_with_acks and not self._stopping else None
         try:
             if request is None:
                 settled = await self._io(self.driver.ack_many, acks)
             else:
-                self._reserved += limit
-                try:
-                    settled, claimed = await self._io(self.driver.ack_and_claim, acks, request)
-                except Exception as error:
-                    # Whatever failed (most likely the claim), the acks must not wait for it.
-                    _throttled.warning("claim", "claim with acks failed (%s: %s); acking alone",
-                                       type(error).__name__, first_line(str(error)))
-                    settled = await self._io(self.driver.ack_many, acks)
-                finally:
-                    self._reserved -= limit
+                with self._reserving(limit):
+                    try:
+                        settled, claimed = await self._io(self.driver.ack_and_claim, acks, request)
+                    except Exception as error:
+                        # Whatever failed (most likely the claim), the acks must not wait for it.
+                        _throttled.warning("claim", "claim with acks failed (%s: %s); acking alone",
+                                           type(error).__name__, first_line(str(error)))
+                        settled = await self._io(self.driver.ack_many, acks)
         except Exception as error:
             for _, future in batch:
                 if not future.done():
@@ -424,12 +438,8 @@ class Worker:
         if not claimed:
             return
         self._took(claimed)
-        if self._stopping:
-            # Claimed while the worker was told to stop: hand them back at once, no attempt burned.
-            await self._release(claimed)
+        if not await self._hold(claimed):
             return
-        self._ahead.extend(claimed)
-        self._fill()
         if len(claimed) < (request.limit if request is not None else 0) or getattr(claimed, "more", False):
             self._notify()  # the main loop decides whether to wait or claim again
 
@@ -459,31 +469,27 @@ class Worker:
             for ahead in list(self._ahead):
                 # A job claimed ahead keeps its claim as a running one does; one whose claim is gone
                 # (cancelled, lapsed) is dropped before it ever starts.
-                try:
-                    kept = await self._io(self.driver.heartbeat, ahead.job.id, ahead.claim_token,
-                                          self.visibility_timeout)
-                except Exception as error:
-                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", first_line(str(error)),
-                                       job_id=ahead.job.id)
-                    continue
-                if not kept:
+                if await self._renew(ahead) is False:
                     with contextlib.suppress(ValueError):
                         self._ahead.remove(ahead)
             for active in list(self._active.values()):
                 if active.signal.aborted:
                     continue
                 claimed = active.claimed
-                try:
-                    alive = await self._io(self.driver.heartbeat, claimed.job.id, claimed.claim_token,
-                                           self.visibility_timeout)
-                except Exception as error:
-                    _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", first_line(str(error)),
-                                       job_id=claimed.job.id)
-                    continue
-                if not alive:
+                if await self._renew(claimed) is False:
                     current = await self._io(self.driver.introspect.get, claimed.job.id)
                     cancelled = current is not None and current.state == "cancelled"
                     active.signal.abort("cancelled" if cancelled else "claim lost")
+
+    async def _renew(self, claimed: ClaimedJob) -> bool | None:
+        """Heartbeat one claim: whether the driver kept it, ``None`` when the call failed (retried at
+        the next beat)."""
+        try:
+            return await self._io(self.driver.heartbeat, claimed.job.id, claimed.claim_token, self.visibility_timeout)
+        except Exception as error:
+            _throttled.warning("heartbeat", "heartbeat failed (%s); will retry", first_line(str(error)),
+                               job_id=claimed.job.id)
+            return None
 
     # -- liveness and rescue --------------------------------------------------------------------
 
@@ -690,22 +696,20 @@ class Worker:
         try:
             while not self._stopping:
                 self._wake.clear()
-                free = self._room()
+                names = self.names
+                free = self._room(names)
                 claimed: list[ClaimedJob] = []
                 if free > 0:
                     try:
-                        claimed = await self._claim(free)
+                        claimed = await self._claim(free, names)
                     except Exception as error:
                         _throttled.warning("claim", "claim failed (%s: %s); backing off", type(error).__name__,
                                            first_line(str(error)))
                         await asyncio.sleep(min(5.0, self.poll_interval * 2))
                         continue
                     _throttled.recovered("claim", "claiming works again")
-                    if self._stopping:
-                        await self._release(claimed)
+                    if not await self._hold(claimed):
                         break
-                    self._ahead.extend(claimed)
-                    self._fill()
                 if free > 0 and (len(claimed) == free or getattr(claimed, "more", False)):
                     continue  # more may be waiting: claim again at once
                 with contextlib.suppress(TimeoutError):

@@ -163,6 +163,12 @@ class _Staged:
         return self.staged.duplicate(existing_id)
 
 
+def _settled(acks: Sequence[Ack], usable: list[bool], rows: list[Any]) -> list[bool]:
+    """Per ack, in order: whether ``ack_many`` (whose rows start with the settled id) settled it."""
+    done = {row[0] for row in rows}
+    return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
+
+
 class _ClaimPlan:
     """One claim's statements, from the driver's cursor plan: run alone (:meth:`PostgresDriver.claim`)
     or after acks in their transaction (:meth:`PostgresDriver.ack_and_claim`), then folded back into
@@ -563,9 +569,7 @@ class PostgresDriver:
             if claim is not None:
                 claim.failed()
             raise
-        done = {row[0] for row in rows}
-        settled = [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
-        return settled, ClaimBatch() if claim is None else claim.finish(early, fresh)
+        return _settled(acks, usable, rows), ClaimBatch() if claim is None else claim.finish(early, fresh)
 
     def _claim_plan(self, request: ClaimRequest) -> _ClaimPlan | None:
         """What a claim will run, from this driver's cursors; ``None`` when it can claim nothing."""
@@ -616,8 +620,7 @@ class PostgresDriver:
             return [False] * len(acks)
         rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
                                                                   prepare=_PLAN_EACH_TIME).fetchall())
-        done = {row[0] for row in rows}
-        return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
+        return _settled(acks, usable, rows)
 
     def _ack_params(self, acks: Sequence[Ack]) -> tuple[dict[str, Any] | None, list[bool]]:
         """The ``ack_many`` parameters (``None``: no ack can settle) and which acks are storable;

@@ -134,6 +134,11 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float
     return [result for result in results if result is not None]
 
 
+def _claims_any(request: ClaimRequest) -> bool:
+    """Whether a claim can take anything: a positive limit, and not "none of these" queues or names."""
+    return request.limit > 0 and request.queues != () and request.names != ()
+
+
 class SqliteDriver:
     """:class:`~ultimat3.drivers.protocol.JobDriver` over one SQLite file (WAL), for one host.
 
@@ -529,7 +534,7 @@ class SqliteDriver:
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Move up to ``request.limit`` runnable jobs to ``running``, in claim order."""
         check_weights(request.weights)  # refused before anything is claimed
-        if request.limit <= 0 or request.queues == () or request.names == ():
+        if not _claims_any(request):
             return ClaimBatch()
         batch = ClaimBatch()
         return self._claimed(self._write(lambda conn, now: self._claim_in(conn, now, request, batch)), batch)
@@ -538,7 +543,7 @@ class SqliteDriver:
         """:meth:`ack_many` then :meth:`claim` in one ``BEGIN IMMEDIATE`` transaction: one commit."""
         check_weights(request.weights)
         encoded = [result_text(item.job_id, item.result) for item in acks]
-        claims = request.limit > 0 and request.queues != () and request.names != ()
+        claims = _claims_any(request)
         batch = ClaimBatch()
 
         def run(conn: sqlite3.Connection, now: float) -> tuple[list[bool], list[sqlite3.Row]]:

@@ -159,8 +159,6 @@ def test_suspension_stores_an_error_when_given(driver: JobDriver) -> None:
 
 
 def test_ack_many_settles_each_job_under_its_own_fence(driver: JobDriver, clock: ManualClock) -> None:
-    from ultimat3.drivers.protocol import Ack
-
     for n in range(4):
         enqueue(driver, payload={"n": n})
     first, second, third, fourth = claim(driver, "w1", limit=4)
@@ -189,8 +187,6 @@ def test_ack_many_refuses_a_result_it_cannot_store_before_writing(driver: JobDri
     import pytest
 
     from ultimat3.core.errors import XError
-    from ultimat3.drivers.protocol import Ack
-
     enqueue(driver)
     enqueue(driver)
     good, bad = claim(driver, "w1", limit=2)
@@ -210,8 +206,6 @@ def test_a_done_job_carries_no_error_from_an_earlier_attempt(driver: JobDriver) 
 
 
 def test_a_done_job_from_ack_many_carries_no_stale_error(driver: JobDriver) -> None:
-    from ultimat3.drivers.protocol import Ack
-
     first = enqueue_and_claim(driver)
     assert driver.nack(first.job.id, first.claim_token, retry_later(error="boom"))
     second = claim_one(driver, "w2")
