@@ -213,6 +213,25 @@ def test_non_finite_numbers_are_refused_before_writing(memory: MemoryDriver) -> 
     assert memory.introspect.list() == []
 
 
+@pytest.mark.parametrize("data, field", [
+    ({"free": {"a": [1, {"b": float("nan")}]}}, "free.a.1.b"),
+    ({"floats": {float("-inf")}}, "floats.0"),
+    ({"free": {"when": datetime(2026, 1, 1, tzinfo=UTC), "x": float("inf")}}, "free.x"),
+])
+def test_non_finite_numbers_anywhere_in_the_input_are_named(memory: MemoryDriver, data: dict[str, Any],
+                                                            field: str) -> None:
+    class Loose(BaseModel):
+        free: Any = None
+        floats: set[float] = set()
+
+    handle = job(name="t.loose", tenant="none", input=Loose)(noop)
+    with pytest.raises(XError) as caught:
+        handle.enqueue(data, driver=memory)
+    assert caught.value.code == "X_JOB_INPUT" and f'"{field}"' in caught.value.message
+    handle.enqueue({"free": {"when": datetime(2026, 1, 1, tzinfo=UTC), "x": 1.5}, "floats": {2.5}}, driver=memory)
+    assert len(memory.introspect.list()) == 1
+
+
 # -- limits and handler signatures ------------------------------------------------------------------------
 
 

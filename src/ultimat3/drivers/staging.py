@@ -7,7 +7,8 @@ half (``state``, ``run_at``, ``now``) is filled in under the lock, from the driv
 
 from __future__ import annotations
 
-import uuid
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from ultimat3.drivers.errors import JobDuplicateError
 from ultimat3.drivers.protocol import EnqueueRequest
 from ultimat3.drivers.values import check_request
 
-__all__ = ["StagedJob", "stage"]
+__all__ = ["StagedJob", "new_ids", "stage", "stage_many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,27 @@ class StagedJob:
         return JobDuplicateError(self.request.name, self.request.idempotency_key, existing_id)
 
 
+def new_ids(count: int) -> list[str]:
+    """``count`` random (version 4) UUIDs as text, from one read of the OS's random source: a
+    batch of a thousand jobs needs two thousand, and ``uuid.uuid4()`` builds an object for each."""
+    raw = bytearray(os.urandom(16 * count))
+    ids = []
+    for start in range(0, 16 * count, 16):
+        raw[start + 6] = raw[start + 6] & 0x0F | 0x40  # version 4
+        raw[start + 8] = raw[start + 8] & 0x3F | 0x80  # RFC 4122 variant
+        h = raw[start:start + 16].hex()
+        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return ids
+
+
 def stage(request: EnqueueRequest) -> StagedJob:
     """Validate ``request`` and mint its ids; refused (coded) before anything is written."""
-    return StagedJob(request, str(uuid.uuid4()), str(uuid.uuid4()), check_request(request))
+    job_id, run_id = new_ids(2)
+    return StagedJob(request, job_id, run_id, check_request(request))
+
+
+def stage_many(requests: Sequence[EnqueueRequest]) -> list[StagedJob]:
+    """:func:`stage` for a batch, every request validated before any is written, ids minted in bulk."""
+    ids = new_ids(2 * len(requests))
+    return [StagedJob(request, ids[2 * i], ids[2 * i + 1], check_request(request))
+            for i, request in enumerate(requests)]

@@ -57,10 +57,15 @@ def _check_json_strings(value: Any, where: str) -> None:
 def strict_dumps(value: Any) -> str:
     """Compact JSON text every driver stores alike; ``TypeError``/``ValueError`` when it cannot be."""
     try:
-        _check_json_strings(value, "$")
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        # The text is ASCII (ensure_ascii): a NUL or a surrogate anywhere in a key or a string shows
+        # as a \u0000 or \udXXX escape, so only a text holding one (a backslash-u sequence written
+        # literally, a non-BMP character) is walked to find the string and name it.
+        if "\\u0000" in text or "\\ud" in text:
+            _check_json_strings(value, "$")
     except RecursionError as error:
         raise ValueError("nested too deeply") from error
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return text
 
 
 def json_text(value: Any, *, what: str, code: str, hint: str) -> str:
@@ -143,7 +148,7 @@ def check_request(request: EnqueueRequest) -> str:
                               f"is {len(value)} characters")
     check_depth(request.payload, what=f'payload of job "{request.name}"')
     text = payload_text(request)
-    size = len(text.encode("utf-8"))
+    size = len(text)  # ASCII (strict_dumps escapes the rest): one byte a character
     if size > limits.max_payload_bytes:
         raise limit_error(f'payload of job "{request.name}"', "max_payload_bytes", limits.max_payload_bytes,
                           f"is {size:,} bytes of JSON")

@@ -58,7 +58,7 @@ from ultimat3.drivers.protocol import (
     WakeCallback,
     WorkerRegistry,
 )
-from ultimat3.drivers.staging import stage
+from ultimat3.drivers.staging import stage_many
 from ultimat3.drivers.values import (
     fenced_key,
     is_storable_text,
@@ -137,7 +137,7 @@ class MemoryDriver:
             )
         # Checked (and copied through JSON) before taking the lock: a bad request fails before
         # anything is staged.
-        prepared = [stage(request) for request in requests]
+        prepared = stage_many(requests)
         results: list[EnqueueResult] = []
         woken: list[str] = []
         with self._store.lock:

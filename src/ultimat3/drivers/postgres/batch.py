@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from ultimat3.core.clock import to_datetime
 from ultimat3.drivers.errors import DriverError
 from ultimat3.drivers.postgres.rows import _Q, _RACE_RETRIES
 from ultimat3.drivers.protocol import EnqueueRequest, EnqueueResult
@@ -32,19 +33,43 @@ def race_lost(request: EnqueueRequest) -> DriverError:
         "enqueue it again", code="X_DRIVER_RACE")
 
 
-def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict[str, Any]:
-    def column(key: str) -> list[Any]:
-        return [staged[i].params[key] for i in indexes]
+#: The columns ``enqueue_many`` takes as one scalar when a batch shares the value, else as an array.
+_SHARED = ("name", "queue", "state", "priority", "max_attempts", "run_at", "idempotency_key", "tenant_id",
+           "traceparent", "enqueued_by", "flow_key", "flow_max", "rate_key", "rate_per_second", "rate_burst")
 
-    return {
-        "ids": column("id"), "run_ids": column("run_id"), "names": column("name"), "queues": column("queue"),
-        "payloads": column("payload"), "states": column("state"), "priorities": column("priority"),
-        "max_attempts": column("max_attempts"), "run_ats": column("run_at"), "keys": column("idempotency_key"),
-        "tenant_ids": column("tenant_id"), "traceparents": column("traceparent"),
-        "enqueued_bys": column("enqueued_by"), "flow_keys": column("flow_key"), "flow_maxes": column("flow_max"),
-        "rate_keys": column("rate_key"), "rate_per_seconds": column("rate_per_second"),
-        "rate_bursts": column("rate_burst"), "now": staged[indexes[0]].params["now"], "channel": channel,
+
+def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict[str, Any]:
+    """``enqueue_many``'s parameters for ``staged[i]`` for ``i`` in ``indexes``: no value is dumped
+    per item by the client but a column the items do not share (see the statement)."""
+    items = [staged[i] for i in indexes]
+    first = items[0]
+    params: dict[str, Any] = {
+        "ids": ",".join(item.id for item in items),
+        "run_ids": ",".join(item.run_id for item in items),
+        "payloads": "[" + ",".join(item.staged.payload for item in items) + "]",
+        "now": to_datetime(first.now),
+        "channel": channel,
     }
+    for column in _SHARED:
+        values = [_column(item, column) for item in items]
+        shared = values[0]
+        if all(value == shared for value in values):
+            params[column], params[f"{column}_each"] = shared, None
+        else:
+            params[column], params[f"{column}_each"] = None, values
+    if params["run_at"] is not None:
+        params["run_at"] = to_datetime(params["run_at"])
+    else:
+        params["run_at_each"] = [to_datetime(value) for value in params["run_at_each"]]
+    return params
+
+
+def _column(item: _Staged, column: str) -> Any:
+    if column == "run_at":
+        return item.run_at
+    if column == "state":
+        return "delayed" if item.run_at > item.now else "ready"
+    return getattr(item.request, column)
 
 
 def batch_steps(staged: Sequence[_Staged], channel: str, *, retrying: bool) -> Steps:

@@ -90,7 +90,7 @@ from ultimat3.drivers.protocol import (
     WakeCallback,
 )
 from ultimat3.drivers.sql import load_migrations
-from ultimat3.drivers.staging import stage
+from ultimat3.drivers.staging import StagedJob, stage, stage_many
 from ultimat3.drivers.values import (
     fenced_key,
     is_storable_text,
@@ -141,22 +141,41 @@ def _claim_order(row: Row) -> tuple[int, Any, str]:
 
 
 class _Staged:
-    """A staged job (:mod:`ultimat3.drivers.staging`) with its values as PostgreSQL stores them."""
+    """A staged job (:mod:`ultimat3.drivers.staging`) with its values as PostgreSQL stores them.
 
-    __slots__ = ("id", "params", "request", "run_id", "staged")
+    ``params`` (one statement's parameters) is built on first use: a batch reads the columns
+    straight from the request instead (:func:`ultimat3.drivers.postgres.batch.batch_steps`).
+    """
 
-    def __init__(self, request: EnqueueRequest, now: float) -> None:
-        self.staged = stage(request)
+    __slots__ = ("_params", "id", "now", "request", "run_at", "run_id", "staged")
+
+    def __init__(self, request: EnqueueRequest, now: float, staged: StagedJob | None = None) -> None:
+        self.staged = stage(request) if staged is None else staged
         self.request = request
         self.id = self.staged.id
         self.run_id = self.staged.run_id
-        columns = self.staged.columns(now)
-        self.params: dict[str, Any] = {
-            **columns,
-            "payload": Jsonb(self.staged.payload, dumps=_as_is),
-            "run_at": to_datetime(columns["run_at"]),
-            "now": to_datetime(now),
-        }
+        self.now = now
+        #: Epoch seconds it may first run at.
+        self.run_at = now if request.run_at is None else request.run_at
+        self._params: dict[str, Any] | None = None
+
+    @classmethod
+    def many(cls, requests: Sequence[EnqueueRequest], now: float) -> list[_Staged]:
+        """A batch staged at ``now``, every request validated first, ids minted in bulk."""
+        return [cls(request, now, staged) for request, staged in zip(requests, stage_many(requests), strict=True)]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters of ``enqueue`` (the one-job statement)."""
+        if self._params is None:
+            columns = self.staged.columns(self.now)
+            self._params = {
+                **columns,
+                "payload": Jsonb(self.staged.payload, dumps=_as_is),
+                "run_at": to_datetime(columns["run_at"]),
+                "now": to_datetime(self.now),
+            }
+        return self._params
 
     def duplicate(self, existing_id: str) -> JobDuplicateError:
         """The error for ``on_conflict='error'`` when ``existing_id`` holds this job's key."""
@@ -459,7 +478,7 @@ class PostgresDriver:
         if not requests:
             return []
         now = self.clock.now()
-        staged = [_Staged(request, now) for request in requests]
+        staged = _Staged.many(requests, now)
         if connection is not None:
             return await enqueue_on_async(self, connection, staged)
         results = await self._async_batcher.submit(staged)
@@ -494,8 +513,7 @@ class PostgresDriver:
         """Write several jobs all-or-nothing (one transaction), with ``enqueue``'s rules each."""
         if len(requests) <= 1:
             return [self.enqueue(request, connection) for request in requests]
-        now = self.clock.now()
-        staged = [_Staged(request, now) for request in requests]
+        staged = _Staged.many(requests, self.clock.now())
         if connection is not None:
             conn = _caller_connection(connection)
             with _all_or_nothing(conn):
@@ -838,7 +856,8 @@ class PostgresDriver:
         """Committed jobs of this process: claim cursors past them move back (the NOTIFY does so in
         every process that listens; this covers a driver that does not), then wake-ups."""
         fresh = [item for item, result in zip(staged, results, strict=True) if not result.deduped]
-        self._cursors.ready_many((item.request.queue, item.params["priority"], item.params["run_at"]) for item in fresh)
+        self._cursors.ready_many((item.request.queue, item.request.priority, to_datetime(item.run_at))
+                                 for item in fresh)
         self._wake([item.request.queue for item in fresh])
 
     def _wake(self, queues: Sequence[str]) -> None:

@@ -72,25 +72,56 @@ WHERE NOT EXISTS (SELECT 1 FROM ins)
   AND state IN ('ready', 'delayed', 'running', 'suspended')
 
 -- name: enqueue_many
--- A batch in one statement: arrays in, one row per inserted job out, plus one NOTIFY per queue and
--- priority (at its earliest run_at).
+-- A batch in one statement, one row per inserted job out, plus one NOTIFY per queue and priority
+-- (at its earliest run_at). What the client would otherwise dump item by item travels as one
+-- value: the ids as comma-joined text, the payloads as one JSON array (each already JSON text).
+-- Every other column is a scalar when the whole batch shares its value (the usual case: one job,
+-- one queue, one enqueue's options), or an array (its scalar then NULL) when the items differ.
 -- Rows go in request order, so of two requests sharing a (name, key) the first is the one kept.
 -- Requests the conflict clause skipped are resolved by `live_by_keys` in the same transaction.
 WITH ins AS (
-    INSERT INTO x_jobs (id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
-                        idempotency_key, tenant_id, traceparent, enqueued_by, created_at, updated_at,
-                        flow_key, flow_max, rate_key, rate_per_second, rate_burst)
-    SELECT t.id, t.run_id, t.name, t.queue, t.payload, t.state, t.priority, 0, t.max_attempts, t.run_at,
-           t.idempotency_key, t.tenant_id, t.traceparent, t.enqueued_by, %(now)s, %(now)s,
-           t.flow_key, t.flow_max, t.rate_key, t.rate_per_second, t.rate_burst
-    FROM unnest(%(ids)s::text[], %(run_ids)s::text[], %(names)s::text[], %(queues)s::text[],
-                %(payloads)s::jsonb[], %(states)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
-                %(run_ats)s::timestamptz[], %(keys)s::text[], %(tenant_ids)s::text[],
-                %(traceparents)s::text[], %(enqueued_bys)s::text[], %(flow_keys)s::text[], %(flow_maxes)s::int[],
-                %(rate_keys)s::text[], %(rate_per_seconds)s::float8[], %(rate_bursts)s::int[])
-         WITH ORDINALITY AS t(id, run_id, name, queue, payload, state, priority, max_attempts, run_at,
-                              idempotency_key, tenant_id, traceparent, enqueued_by, flow_key, flow_max,
-                              rate_key, rate_per_second, rate_burst, ord)
+    INSERT INTO x_jobs (id, run_id, payload, name, queue, state, priority, max_attempts, run_at,
+                        idempotency_key, tenant_id, traceparent, enqueued_by, flow_key, flow_max,
+                        rate_key, rate_per_second, rate_burst, attempt, created_at, updated_at)
+    SELECT t.id, t.run_id, t.payload,
+           CASE WHEN %(name_each)s::text[] IS NULL THEN %(name)s::text ELSE t.name END,
+           CASE WHEN %(queue_each)s::text[] IS NULL THEN %(queue)s::text ELSE t.queue END,
+           CASE WHEN %(state_each)s::text[] IS NULL THEN %(state)s::text ELSE t.state END,
+           CASE WHEN %(priority_each)s::int[] IS NULL THEN %(priority)s::int ELSE t.priority END,
+           CASE WHEN %(max_attempts_each)s::int[] IS NULL THEN %(max_attempts)s::int ELSE t.max_attempts END,
+           CASE WHEN %(run_at_each)s::timestamptz[] IS NULL THEN %(run_at)s::timestamptz ELSE t.run_at END,
+           CASE WHEN %(idempotency_key_each)s::text[] IS NULL THEN %(idempotency_key)s::text ELSE t.idempotency_key END,
+           CASE WHEN %(tenant_id_each)s::text[] IS NULL THEN %(tenant_id)s::text ELSE t.tenant_id END,
+           CASE WHEN %(traceparent_each)s::text[] IS NULL THEN %(traceparent)s::text ELSE t.traceparent END,
+           CASE WHEN %(enqueued_by_each)s::text[] IS NULL THEN %(enqueued_by)s::text ELSE t.enqueued_by END,
+           CASE WHEN %(flow_key_each)s::text[] IS NULL THEN %(flow_key)s::text ELSE t.flow_key END,
+           CASE WHEN %(flow_max_each)s::int[] IS NULL THEN %(flow_max)s::int ELSE t.flow_max END,
+           CASE WHEN %(rate_key_each)s::text[] IS NULL THEN %(rate_key)s::text ELSE t.rate_key END,
+           CASE WHEN %(rate_per_second_each)s::float8[] IS NULL THEN %(rate_per_second)s::float8 ELSE t.rate_per_second END,
+           CASE WHEN %(rate_burst_each)s::int[] IS NULL THEN %(rate_burst)s::int ELSE t.rate_burst END,
+           0, %(now)s, %(now)s
+    FROM ROWS FROM (
+        unnest(string_to_array(%(ids)s::text, ',')),
+        unnest(string_to_array(%(run_ids)s::text, ',')),
+        jsonb_array_elements(%(payloads)s::jsonb),
+        unnest(%(name_each)s::text[]),
+        unnest(%(queue_each)s::text[]),
+        unnest(%(state_each)s::text[]),
+        unnest(%(priority_each)s::int[]),
+        unnest(%(max_attempts_each)s::int[]),
+        unnest(%(run_at_each)s::timestamptz[]),
+        unnest(%(idempotency_key_each)s::text[]),
+        unnest(%(tenant_id_each)s::text[]),
+        unnest(%(traceparent_each)s::text[]),
+        unnest(%(enqueued_by_each)s::text[]),
+        unnest(%(flow_key_each)s::text[]),
+        unnest(%(flow_max_each)s::int[]),
+        unnest(%(rate_key_each)s::text[]),
+        unnest(%(rate_per_second_each)s::float8[]),
+        unnest(%(rate_burst_each)s::int[])
+    ) WITH ORDINALITY AS t(id, run_id, payload, name, queue, state, priority, max_attempts, run_at,
+                           idempotency_key, tenant_id, traceparent, enqueued_by, flow_key, flow_max,
+                           rate_key, rate_per_second, rate_burst, ord)
     ORDER BY t.ord
     ON CONFLICT (name, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended')

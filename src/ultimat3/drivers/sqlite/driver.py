@@ -66,7 +66,7 @@ from ultimat3.drivers.sqlite.stores import (
     SqliteStepStore,
 )
 from ultimat3.drivers.sqlite.workers import SqliteWorkerRegistry
-from ultimat3.drivers.staging import StagedJob, stage
+from ultimat3.drivers.staging import StagedJob, stage_many
 from ultimat3.drivers.values import (
     fenced_key,
     is_storable_text,
@@ -444,7 +444,7 @@ class SqliteDriver:
         pending at that moment together (the event loop never waits on the file)."""
         if not requests:
             return []
-        jobs = [stage(request) for request in requests]
+        jobs = stage_many(requests)
         if connection is not None:
             return await enqueue_on_async(self, connection, jobs)
         return await self._async_writer.submit(jobs)
@@ -453,7 +453,7 @@ class SqliteDriver:
         """Nothing is bound to an event loop here; :meth:`close` releases everything."""
 
     def _enqueue(self, requests: Sequence[EnqueueRequest], connection: Any, *, atomic: bool) -> list[EnqueueResult]:
-        jobs = [stage(request) for request in requests]
+        jobs = stage_many(requests)
         if connection is None:
             results = self._write(lambda conn, now: _insert_jobs(conn, jobs, now))
         else:

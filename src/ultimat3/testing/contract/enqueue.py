@@ -172,6 +172,45 @@ def test_enqueue_many_returns_results_in_order(driver: JobDriver) -> None:
     assert len({r.id for r in results}) == 3
 
 
+# Every column a batch may share or not: shared ones travel once per batch, differing ones per item
+# (PostgreSQL's enqueue_many), and either way each row must hold its own request's values.
+_MIXED = [
+    {"queue": "q1", "priority": 1, "max_attempts": 2, "idempotency_key": "k1", "tenant_id": "org_1",
+     "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "enqueued_by": "user_1",
+     "flow_key": "f1", "flow_max": 1, "rate_key": "r1", "rate_per_second": 0.5, "rate_burst": 2},
+    {"queue": "q2", "priority": -3, "max_attempts": 9, "idempotency_key": None, "tenant_id": None,
+     "traceparent": None, "enqueued_by": None},
+    {"queue": "q1", "priority": 1, "max_attempts": 2, "idempotency_key": "k,2", "tenant_id": "org_2",
+     "enqueued_by": "user_2", "flow_key": "f2", "flow_max": 3, "rate_key": "r2", "rate_per_second": 4.0,
+     "rate_burst": 1},
+]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["items-differ", "batch-shares"])
+def test_enqueue_many_stores_each_items_own_values(driver: JobDriver, clock: ManualClock, shared: bool) -> None:
+    # Shared: everything but the key (one per item, as a keyed job's inputs give).
+    fields = [{**_MIXED[0], "idempotency_key": f"k{i}"} for i in range(3)] if shared else _MIXED
+    names = ["same"] * 3 if shared else ["a", "b", "c"]
+    delays = [None] * 3 if shared else [None, 60.0, -5.0]
+    payloads = [{"i": i, "text": f'quote " comma , [{i}]'} for i in range(3)]
+    requests = [request(name, payload, run_at=None if delay is None else clock.now() + delay, **extra)
+                for name, payload, delay, extra in zip(names, payloads, delays, fields, strict=True)]
+    results = driver.enqueue_many(requests)
+    assert [r.deduped for r in results] == [False] * 3
+    for result, sent, delay in zip(results, requests, delays, strict=True):
+        job = get(driver, result.id)
+        assert (job.id, job.run_id) == (result.id, result.run_id)
+        assert (job.name, job.payload, job.queue, job.priority, job.max_attempts) == (
+            sent.name, sent.payload, sent.queue, sent.priority, sent.max_attempts)
+        assert (job.idempotency_key, job.tenant_id, job.traceparent, job.enqueued_by) == (
+            sent.idempotency_key, sent.tenant_id, sent.traceparent, sent.enqueued_by)
+        assert (job.flow_key, job.flow_max, job.rate_key, job.rate_per_second, job.rate_burst) == (
+            sent.flow_key, sent.flow_max, sent.rate_key, sent.rate_per_second, sent.rate_burst)
+        assert job.state == ("delayed" if delay is not None and delay > 0 else "ready")
+        assert job.run_at == at(clock.now() if delay is None else clock.now() + delay)
+        assert job.created_at == at(clock.now())
+
+
 def test_enqueue_many_dedupes_inside_the_batch_and_against_live_jobs(driver: JobDriver) -> None:
     live = enqueue(driver, "sync", idempotency_key="live")
     results = driver.enqueue_many(

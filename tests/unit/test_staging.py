@@ -1,0 +1,58 @@
+"""Staging a request: the ids minted in bulk and the payload's JSON checks that every driver shares."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from ultimat3.core.errors import ConfigError
+from ultimat3.drivers.protocol import EnqueueRequest
+from ultimat3.drivers.staging import new_ids, stage, stage_many
+from ultimat3.drivers.values import strict_dumps
+
+
+def test_new_ids_are_distinct_version_4_uuids_in_canonical_text() -> None:
+    ids = new_ids(2000)
+    assert len(set(ids)) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    assert new_ids(0) == []
+
+
+def test_stage_many_gives_every_request_its_own_two_ids_in_order() -> None:
+    requests = [EnqueueRequest(name=f"n{i}", payload={"i": i}) for i in range(5)]
+    staged = stage_many(requests)
+    assert [job.request for job in staged] == requests
+    assert [job.payload for job in staged] == [f'{{"i":{i}}}' for i in range(5)]
+    assert len({job.id for job in staged} | {job.run_id for job in staged}) == 10
+
+
+def test_stage_many_refuses_the_whole_batch_for_one_bad_payload() -> None:
+    requests = [EnqueueRequest(name="ok", payload={}), EnqueueRequest(name="bad", payload={"x": "a\x00b"})]
+    with pytest.raises(ConfigError) as caught:
+        stage_many(requests)
+    assert caught.value.code == "X_JOB_PAYLOAD" and '"bad"' in caught.value.message
+
+
+@pytest.mark.parametrize("value, where", [
+    ({"x": "a\x00b"}, "$.x"),
+    ({"k\x00": 1}, "key"),
+    ({"list": ["ok", "\ud800"]}, "$.list[1]"),
+    ({"deep": {"\udfff": "v"}}, "key"),
+])
+def test_strict_dumps_names_a_nul_or_lone_surrogate_wherever_it_is(value: object, where: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        strict_dumps(value)
+    assert where in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [
+    {"escaped": "\\u0000 written out", "also": "\\ud800"},  # backslash-u text, not the characters
+    {"emoji": "👋", "accents": "é"},  # non-BMP characters escape as a surrogate pair: fine
+])
+def test_strict_dumps_keeps_text_that_only_looks_like_a_bad_escape(value: object) -> None:
+    text = strict_dumps(value)
+    assert text.isascii()
+    assert stage(EnqueueRequest(name="n", payload=value)).payload == text  # type: ignore[arg-type]
