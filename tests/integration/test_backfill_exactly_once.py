@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from tests.postgres import postgres_database
 
-from ultimat3.backfill import Batch, backfill, dispose_engines, engine_for_url
+from ultimat3.backfill import Batch, add_progress_listener, backfill, dispose_engines, engine_for_url
 from ultimat3.core.errors import XError
 from ultimat3.drivers import create_driver
 from ultimat3.drivers.memory import MemoryDriver
@@ -110,3 +110,53 @@ def test_the_memory_driver_refuses_to_record_a_step_in_a_connection() -> None:
         assert refused.value.code == "X_DRIVER_CONNECTION"
     finally:
         driver.close()
+
+
+@pytest.mark.postgres
+def test_a_pass_whose_connection_died_between_batches_reads_again_on_a_new_one() -> None:
+    """The pass holds one connection from batch to batch; a server that dropped it meanwhile (a
+    restart, an idle-session kill) costs the next read one reconnect, not the attempt."""
+    with postgres_database("x_bfheld") as url, isolated_registry():
+        driver = create_driver(url)
+        try:
+            metadata = sa.MetaData()
+            rows = sa.Table("held_rows", metadata,
+                            sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+                            sa.Column("n", sa.Integer, nullable=False))
+            engine = engine_for_url(driver.url)
+            metadata.create_all(engine)
+            with engine.begin() as conn:
+                conn.execute(rows.insert(), [{"id": i, "n": 0} for i in range(1, ROWS + 1)])
+            pids: list[int] = []
+
+            def handle(batch: Batch) -> None:
+                assert batch.connection is not None
+                pids.append(batch.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+                batch.connection.execute(rows.update().where(rows.c.id.in_([r.id for r in batch.rows]))
+                                         .values(n=rows.c.n + 1))
+
+            def kill_after_batch_two(progress: Any) -> None:
+                if progress.batches == 2 and not progress.replayed:
+                    with engine.connect() as other:
+                        other.exec_driver_sql(f"SELECT pg_terminate_backend({pids[-1]})")
+
+            remove = add_progress_listener(kill_after_batch_two)
+            handle_ = backfill(name="held.count", tenant="none", source=lambda ctx: sa.select(rows.c.id),
+                               handle=handle, engine="job-store", batch=5, rate=1000,
+                               retry=RetryPolicy(max_attempts=1))
+            queued = handle_.enqueue(driver=driver)
+            worker = Worker(driver, environment="test", concurrency=1)
+            try:
+                asyncio.run(worker.drain())
+            finally:
+                worker.close()
+                remove()
+            job = driver.introspect.get(queued.id)
+            assert job is not None and job.state == "done" and job.attempt == 1, job and job.last_error
+            with engine.connect() as conn:
+                assert [n for (n,) in conn.execute(sa.select(rows.c.n))] == [1] * ROWS
+            # One connection for batches 1-2, another (the replacement) for the rest.
+            assert len(set(pids[:2])) == 1 and len(set(pids[2:])) == 1 and pids[1] != pids[2]
+        finally:
+            driver.close()
+            dispose_engines()

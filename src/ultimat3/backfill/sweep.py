@@ -8,13 +8,15 @@ previous attempt died) is handled twice."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.engine import Engine, Row
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select
 
@@ -144,6 +146,8 @@ class _Page:
     cursor: Any
     key: int
     quarantined: list[str] | None = None
+    #: What the ledger learns once the handler ran (:meth:`_Sweep._outcome`).
+    outcome: tuple[list[tuple[str, str]], list[str]] = field(default_factory=lambda: ([], []))
 
 
 class _Sweep:
@@ -164,6 +168,8 @@ class _Sweep:
         self.asked_at = float("-inf")
         self.checked = False
         self.throttle: Throttle | None = None
+        #: The pass's connection (:meth:`_connection`), ``None`` until its first batch.
+        self.held: Connection | None = None
         self.throttled: str | None = None
         # The pass reads the job store's own database: checkpoints can join the handler's transaction.
         self.same_database = isinstance(definition.engine, str)
@@ -189,10 +195,9 @@ class _Sweep:
                 pacer.wait(self.signal, step_name)
                 limit = sizer.size
                 began = pacer.monotonic()
-                page = self._read(limit)
+                page = self._batch(limit, step_name)
                 if page is None:
                     break
-                self._handle(page, step_name)
                 sizer.observe(len(page.rows), pacer.monotonic() - began)
                 self.cursor = page.cursor
                 self.batches += 1
@@ -205,9 +210,68 @@ class _Sweep:
                     break  # a short page: the key range is exhausted, no need to pay for an empty read
                 self._boundary()
         finally:
+            self._release()
             if self.batches != self.reported or self.throttled is not None:
                 self.ledger.progress(self.run_id, self.batches, self.rows)
         return self.batches, self.rows
+
+    def _batch(self, limit: int, step_name: str) -> _Page | None:
+        """Read the next page and hand it to the handler, on the pass's one connection: a joined
+        pass (its checkpoints or its batches transactional) reads inside the batch's transaction,
+        so one checkout, one BEGIN and one COMMIT serve the read, the handler and the checkpoint.
+
+        A connection found dead by the read (the database restarted since the last batch) is
+        replaced once: nothing of the batch has run, so reading it again on a new one is safe.
+        """
+        joined = self.same_database or self.definition.transactional
+        for last_try in (False, True):
+            conn = self._connection(joined)
+            handling = False
+            try:
+                # PostgreSQL reads in the batch's transaction (READ COMMITTED: the read's snapshot
+                # ends with it). SQLite must not: a transaction that read first and writes later
+                # fails, unretried, when another connection commits in between (WAL's busy
+                # snapshot), so its read ends before the batch's transaction begins.
+                read_joined = joined and conn.dialect.name == "postgresql"
+                with conn.begin() if read_joined else contextlib.nullcontext():
+                    page = self._read(limit, conn)
+                    if page is not None and read_joined:
+                        handling = True
+                        self._handle(page, step_name, conn)
+                if page is not None and not read_joined:
+                    if joined:
+                        conn.rollback()  # the read's own (autobegun) transaction: it wrote nothing
+                    handling = True
+                    with conn.begin() if joined else contextlib.nullcontext():
+                        self._handle(page, step_name, conn if joined else None)
+            except BaseException as error:
+                if conn.invalidated:
+                    self._release()
+                lost = isinstance(error, DBAPIError) and error.connection_invalidated
+                if last_try or handling or not lost:
+                    raise
+                continue
+            if page is not None and not self.same_database:
+                self._settle(page, step_name)
+            return page
+        raise AssertionError("unreachable: the last try returns or raises")  # pragma: no cover
+
+    def _connection(self, joined: bool) -> Connection:
+        """The pass's connection, checked out at its first batch and held until the attempt ends:
+        idle between batches, in no transaction (a joined pass commits each batch; any other
+        reads in autocommit), so it pins no snapshot. Per page, a checkout cost a pre-ping and
+        the pool's bookkeeping, about a tenth of a fast sweep's time."""
+        if self.held is None:
+            conn = self.engine().connect()
+            if not joined:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            self.held = conn
+        return self.held
+
+    def _release(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            held.close()
 
     def _boundary(self, force: bool = False) -> None:
         """Between batches. The batch steps are the durable checkpoints; the ledger's counters are
@@ -246,7 +310,7 @@ class _Sweep:
             # the same job, run and ledger row then go on from the last checkpoint.
             raise SuspendRun(PAUSE_RECHECK)
 
-    def _read(self, limit: int) -> _Page | None:
+    def _read(self, limit: int, conn: Connection) -> _Page | None:
         engine = self.engine()
         if self.kind == "retry":
             held = self.ledger.failures(self.name, limit=limit, after=self.cursor)
@@ -254,18 +318,16 @@ class _Sweep:
                 return None
             keys = [decode_failure_key(failure.key) for failure in held]
             statement, key = page_statement(self.definition, self.ctx, None, False, engine, None, keys)
-            return _Page(self._fetch(statement, engine), held[-1].key, key, [failure.key for failure in held])
+            return _Page(self._fetch(statement, engine, conn), held[-1].key, key, [failure.key for failure in held])
         statement, key = page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
-        rows = self._fetch(statement, engine)
+        rows = self._fetch(statement, engine, conn)
         return _Page(rows, rows[-1][key], key) if rows else None
 
-    def _fetch(self, statement: Select[Any], engine: Engine) -> list[Row[Any]]:
-        """One page, after the checks that come before every batch."""
+    def _fetch(self, statement: Select[Any], engine: Engine, conn: Connection) -> list[Row[Any]]:
+        """One page, after the checks that come before every batch (the throttle may wait: the
+        batch's transaction, if any, has sent nothing yet, so nothing is held open meanwhile)."""
         self._check_once(statement, engine)
-        # One short-lived connection per page: nothing stays open across the handler or the wait.
-        # Autocommit: a single SELECT needs no BEGIN/ROLLBACK around it (two round trips saved).
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            return list(conn.execute(statement).all())
+        return list(conn.execute(statement).all())
 
     def _check_once(self, statement: Select[Any], engine: Engine) -> None:
         """The source's tables once per attempt, then the health throttle before every batch."""
@@ -294,34 +356,37 @@ class _Sweep:
         self.failures += len(failed)
         return failed, handled
 
-    def _handle(self, page: _Page, step_name: str) -> None:
+    def _handle(self, page: _Page, step_name: str, transaction: Connection | None) -> None:
+        """The handler on ``page``; in ``transaction`` (open on the pass's connection) when the pass
+        is joined, where a same-database pass also records its quarantine and checkpoint."""
         definition, name, index = self.definition, self.name, self.index
-        # The checkpoint's cursor: a sweep's last key (typed), a retry pass's last failure key (text).
-        checkpoint = {**encode_cursor(page.cursor, backfill=name), "rows": len(page.rows)}
-        record: Callable[[], dict[str, Any]] = functools.partial(dict, checkpoint)
-        if self.same_database or definition.transactional:
-            with self.engine().begin() as transaction:
-                batch = Batch(page.rows, self.ctx, self.signal, index, transaction, name, page.key)
-                self.awaiter.resolve(definition.handle(batch))
-                failed, handled = self._outcome(batch, page)
-                if self.same_database:
-                    # The handler's writes, the quarantine and the checkpoint: one transaction.
-                    # Fenced: a lost claim refuses the record, raises JobAbortedError, and so rolls
-                    # back the handler's writes with it.
-                    if failed or handled:
-                        self.ledger.quarantine(self.run_id, name, index, failed, handled, connection=transaction)
-                    self.step.run(step_name, record, connection=transaction)
-                    return
-        else:
-            batch = Batch(page.rows, self.ctx, self.signal, index, None, name, page.key)
-            self.awaiter.resolve(definition.handle(batch))
-            failed, handled = self._outcome(batch, page)
+        batch = Batch(page.rows, self.ctx, self.signal, index, transaction, name, page.key)
+        self.awaiter.resolve(definition.handle(batch))
+        page.outcome = self._outcome(batch, page)
+        if self.same_database and transaction is not None:
+            # The handler's writes, the quarantine and the checkpoint: one transaction.
+            # Fenced: a lost claim refuses the record, raises JobAbortedError, and so rolls
+            # back the handler's writes with it.
+            failed, handled = page.outcome
+            if failed or handled:
+                self.ledger.quarantine(self.run_id, name, index, failed, handled, connection=transaction)
+            self.step.run(step_name, self._checkpoint(page), connection=transaction)
+
+    def _settle(self, page: _Page, step_name: str) -> None:
+        """The quarantine and the checkpoint of a handled batch, each its own commit, for a pass
+        whose store is another database."""
+        failed, handled = page.outcome
         # Quarantine first, then the checkpoint: a kill between them replays the batch, which
         # stores the same failures again (idempotent) rather than losing them.
         if failed or handled:
-            self.ledger.quarantine(self.run_id, name, index, failed, handled)
+            self.ledger.quarantine(self.run_id, self.name, self.index, failed, handled)
         # Fenced: if this attempt lost its claim the write is refused and JobAbortedError raised.
-        self.step.run(step_name, record)
+        self.step.run(step_name, self._checkpoint(page))
+
+    def _checkpoint(self, page: _Page) -> Callable[[], dict[str, Any]]:
+        # The checkpoint's cursor: a sweep's last key (typed), a retry pass's last failure key (text).
+        checkpoint = {**encode_cursor(page.cursor, backfill=self.name), "rows": len(page.rows)}
+        return functools.partial(dict, checkpoint)
 
 
 def _error_text(error: BaseException) -> str:
