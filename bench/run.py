@@ -67,6 +67,7 @@ class Case:
     error: str | None = None
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    loaded: bool = False  # results taken from the last run (--merge): not run again
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -499,6 +500,32 @@ def _pacer_spec(text: str) -> list[tuple[float, int]]:
     return out
 
 
+def _merged(run: list[Case], args: argparse.Namespace) -> list[Case]:
+    """The whole plan: ``run`` (to be run now) and, for every other case, the results the last
+    run wrote to bench/out/results.json (marked run, so the loop skips them)."""
+    with open(os.path.join(HERE, "out", "results.json")) as fh:
+        previous = {(c["group"], c["label"]): c for c in json.load(fh)["cases"]}
+    fresh = {(c.group, c.label) for c in run}
+    only = args.only
+    args.only = set(SECTIONS)
+    try:
+        everything = plan(args)
+    finally:
+        args.only = only
+    merged = []
+    for case in everything:
+        if (case.group, case.label) in fresh:
+            merged.append(next(c for c in run if (c.group, c.label) == (case.group, case.label)))
+            continue
+        old = previous.get((case.group, case.label))
+        if old is None:
+            continue
+        case.results, case.error, case.note = old["results"], old["error"], old["note"]
+        case.loaded = True
+        merged.append(case)
+    return merged
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes: the whole run in under 2 minutes")
@@ -519,6 +546,9 @@ def main() -> int:
                         "backfill with a plain engine")
     p.add_argument("--timing", action="store_true", help="break our drain down by driver call (adds overhead)")
     p.add_argument("--timeout", type=float, default=900, help="seconds before a case is abandoned")
+    p.add_argument("--merge", action="store_true",
+                   help="cases of the sections not in --only keep their results from bench/out/results.json "
+                        "(re-run one section without losing the others)")
     p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     p.add_argument("--keep-dbs", action="store_true", help="leave the bench_* databases behind")
     args = p.parse_args()
@@ -536,6 +566,8 @@ def main() -> int:
         p.error(f"unknown section or system: {', '.join(sorted(unknown))}")
 
     cases = plan(args)
+    if args.merge:
+        cases = _merged(cases, args)
     sqlite_dir = tempfile.mkdtemp(prefix="ultimat3-bench-")
     databases = sorted({c.database for c in cases if c.database})
     started = time.perf_counter()
@@ -545,7 +577,7 @@ def main() -> int:
         for round_ in range(args.repeat):
             for index, case in enumerate(cases, 1):
                 single = case.group.startswith(("Backfill pacer", "PostgreSQL enqueue-to-start"))
-                if case.error or (single and round_ > 0):
+                if case.error or (single and round_ > 0) or case.loaded:
                     continue
                 t0 = time.perf_counter()
                 run_case(case, timeout=args.timeout, sqlite_dir=sqlite_dir)

@@ -144,6 +144,12 @@ def drain(args) -> None:
 
 
 def _enqueuer(url: str, n: int, gap: float, ready: mp.Event) -> None:
+    # A spawned process starts with no actor: its tenant="none" probes need the operator's grant.
+    with operator_context("bench", "the benchmark enqueues its own jobs"):
+        _offer(url, n, gap, ready)
+
+
+def _offer(url: str, n: int, gap: float, ready: mp.Event) -> None:
     driver = create_driver(url, migrate=False)
     probe.enqueue({"t": 0.0}, driver=driver, delay=3600)  # warm up without waking the worker
     ready.wait(30)
@@ -168,6 +174,11 @@ def latency(args) -> None:
         run = asyncio.ensure_future(worker.run())
         await asyncio.sleep(1.0)  # the worker is subscribed and idle
         ready.set()
+        while not run.done():
+            await asyncio.wait([run], timeout=1.0)
+            if not child.is_alive() and not run.done():
+                await asyncio.sleep(2.0)  # its last probes may still be on their way
+                worker.stop()  # the enqueuer is gone: report what arrived instead of waiting forever
         await run
 
     asyncio.run(main())
