@@ -31,9 +31,14 @@ profile sqlite_drain_c10_gil --gil --thread MainThread --thread x-io -- \
 # A backfill pass, wall clock (waiting on the database counts): the x-job thread runs the pass.
 profile pg_backfill_sweep_wall --thread x-job -- \
   bench/backfill_bench.py sweep --url "$BASE/bench_prof" --rows 200000
-# Batched enqueue, wall clock.
+# Batched enqueue, wall clock; the same on SQLite; and the server's share alone: an insert of
+# server-generated rows into x_jobs with each index, then without them one by one.
 profile pg_enqueue_batch_wall --thread MainThread -- \
   bench/sys_ultimat3.py enqueue --url "$BASE/bench_prof" --n 40000 --mode batch
+profile sqlite_enqueue_batch_wall --thread MainThread -- \
+  bench/sys_ultimat3.py enqueue --url "sqlite:///$SQLITE_DIR/e.db" --n 40000 --mode batch
+"$PY" bench/index_cost.py > bench/profiles/pg_index_cost.txt
+echo "bench/profiles/pg_index_cost.txt"
 
 # Per-call breakdown of a drain: seconds inside claim/ack vs the worker around them.
 for c in 1 10; do
@@ -41,7 +46,7 @@ for c in 1 10; do
   "$PY" bench/sys_ultimat3.py drain --url "$BASE/bench_prof" --n 5000 --concurrency $c --variant timing \
     | tail -1 > "bench/profiles/pg_drain_c${c}_timing.json"
   echo "bench/profiles/pg_drain_c${c}_timing.json"
-  rm -f "$SQLITE_DIR"/t.db*
+  rm -rf "$SQLITE_DIR"/t.db*  # the file, its WAL, and its workers directory
   "$PY" bench/sys_ultimat3.py drain --url "sqlite:///$SQLITE_DIR/t.db" --n 10000 --concurrency $c --variant timing \
     | tail -1 > "bench/profiles/sqlite_drain_c${c}_timing.json"
   echo "bench/profiles/sqlite_drain_c${c}_timing.json"
