@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -12,13 +13,22 @@ from ultimat3.drivers.staging import new_ids, stage, stage_many
 from ultimat3.drivers.values import strict_dumps
 
 
-def test_new_ids_are_distinct_version_4_uuids_in_canonical_text() -> None:
-    ids = new_ids(2000)
-    assert len(set(ids)) == 2000
+def test_new_ids_are_distinct_time_ordered_uuids_in_canonical_text() -> None:
+    before = time.time_ns() // 1_000_000
+    ids = new_ids(10_000)  # past 4,096: the millisecond steps, the order holds
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == 10_000
+    assert ids == sorted(ids)
     for text in ids:
         parsed = uuid.UUID(text)
-        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, text)
+        assert before <= parsed.int >> 80 <= after + 10_000 // 4096
     assert new_ids(0) == []
+
+
+def test_ids_of_a_later_millisecond_sort_after_earlier_ones() -> None:
+    assert max(new_ids(3, millis=1_700_000_000_000)) < min(new_ids(3, millis=1_700_000_000_001))
+    assert uuid.UUID(new_ids(1, millis=1_700_000_000_000)[0]).int >> 80 == 1_700_000_000_000
 
 
 def test_stage_many_gives_every_request_its_own_two_ids_in_order() -> None:

@@ -8,6 +8,7 @@ half (``state``, ``run_at``, ``now``) is filled in under the lock, from the driv
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,14 +62,27 @@ class StagedJob:
         return JobDuplicateError(self.request.name, self.request.idempotency_key, existing_id)
 
 
-def new_ids(count: int) -> list[str]:
-    """``count`` random (version 4) UUIDs as text, from one read of the OS's random source: a
-    batch of a thousand jobs needs two thousand, and ``uuid.uuid4()`` builds an object for each."""
+def new_ids(count: int, *, millis: int | None = None) -> list[str]:
+    """``count`` time-ordered (version 7, RFC 9562) UUIDs as text, ascending within the call.
+
+    48 bits of Unix milliseconds, then a 12-bit sequence that orders a batch (a batch past 4,096
+    ids steps the millisecond), then 62 random bits from one read of the OS's random source. Time
+    order is what the indexes need: a job's id and run id land beside the ones written just
+    before them, at the right edge of each btree, instead of on a random page of an index that
+    grows with every job kept (and the jobs a claim takes together sit on the same pages). They
+    name rows; they are not secrets (claim tokens are, and stay fully random). ``millis``: the
+    timestamp to use instead of the wall clock's (ids order rows, not events; no driver clock).
+    """
+    if millis is None:
+        millis = time.time_ns() // 1_000_000
     raw = bytearray(os.urandom(16 * count))
     ids = []
-    for start in range(0, 16 * count, 16):
-        raw[start + 6] = raw[start + 6] & 0x0F | 0x40  # version 4
-        raw[start + 8] = raw[start + 8] & 0x3F | 0x80  # RFC 4122 variant
+    for index, start in enumerate(range(0, 16 * count, 16)):
+        step, sequence = divmod(index, 4096)
+        raw[start:start + 6] = (millis + step).to_bytes(6, "big")
+        raw[start + 6] = 0x70 | sequence >> 8  # version 7, then the sequence's high 4 bits
+        raw[start + 7] = sequence & 0xFF
+        raw[start + 8] = raw[start + 8] & 0x3F | 0x80  # RFC variant
         h = raw[start:start + 16].hex()
         ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
     return ids
