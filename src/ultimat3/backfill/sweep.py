@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table
@@ -137,6 +137,10 @@ PAUSE_POLL = 0.1
 PAUSE_RECHECK = 300.0
 
 
+#: What the ledger learns from a handled batch: (failure key, reason) pairs, and keys handled.
+_Outcome = tuple[list[tuple[str, str]], list[str]]
+
+
 @dataclass
 class _Page:
     """What one batch covers: the rows handed to the handler, the checkpoint's cursor (the last
@@ -146,8 +150,6 @@ class _Page:
     cursor: Any
     key: int
     quarantined: list[str] | None = None
-    #: What the ledger learns once the handler ran (:meth:`_Sweep._outcome`).
-    outcome: tuple[list[tuple[str, str]], list[str]] = field(default_factory=lambda: ([], []))
 
 
 class _Sweep:
@@ -227,6 +229,7 @@ class _Sweep:
         for last_try in (False, True):
             conn = self._connection(joined)
             handling = False
+            outcome: _Outcome = ([], [])
             try:
                 # PostgreSQL reads in the batch's transaction (READ COMMITTED: the read's snapshot
                 # ends with it). SQLite must not: a transaction that read first and writes later
@@ -237,13 +240,13 @@ class _Sweep:
                     page = self._read(limit, conn)
                     if page is not None and read_joined:
                         handling = True
-                        self._handle(page, step_name, conn)
+                        outcome = self._handle(page, step_name, conn)
                 if page is not None and not read_joined:
                     if joined:
                         conn.rollback()  # the read's own (autobegun) transaction: it wrote nothing
                     handling = True
                     with conn.begin() if joined else contextlib.nullcontext():
-                        self._handle(page, step_name, conn if joined else None)
+                        outcome = self._handle(page, step_name, conn if joined else None)
             except BaseException as error:
                 if conn.invalidated:
                     self._release()
@@ -252,7 +255,7 @@ class _Sweep:
                     raise
                 continue
             if page is not None and not self.same_database:
-                self._settle(page, step_name)
+                self._settle(page, outcome, step_name)
             return page
         raise AssertionError("unreachable: the last try returns or raises")  # pragma: no cover
 
@@ -341,7 +344,7 @@ class _Sweep:
         if self.throttle is not None and self.throttle.hold(self.signal, self._report):
             self._pause()
 
-    def _outcome(self, batch: Batch, page: _Page) -> tuple[list[tuple[str, str]], list[str]]:
+    def _outcome(self, batch: Batch, page: _Page) -> _Outcome:
         """What the ledger learns from a handled batch: rows failed, and rows handled that it may
         still hold as failed (a retry pass's page; a pass over a backfill with quarantined rows)."""
         failed = [(failure_key(key, backfill=self.name), str(reason)) for key, reason in batch.failed.items()]
@@ -356,26 +359,27 @@ class _Sweep:
         self.failures += len(failed)
         return failed, handled
 
-    def _handle(self, page: _Page, step_name: str, transaction: Connection | None) -> None:
-        """The handler on ``page``; in ``transaction`` (open on the pass's connection) when the pass
-        is joined, where a same-database pass also records its quarantine and checkpoint."""
+    def _handle(self, page: _Page, step_name: str, transaction: Connection | None) -> _Outcome:
+        """The handler on ``page``, and what the ledger learns from it; in ``transaction`` (open on
+        the pass's connection) when the pass is joined, where a same-database pass also records
+        its quarantine and checkpoint."""
         definition, name, index = self.definition, self.name, self.index
         batch = Batch(page.rows, self.ctx, self.signal, index, transaction, name, page.key)
         self.awaiter.resolve(definition.handle(batch))
-        page.outcome = self._outcome(batch, page)
+        failed, handled = self._outcome(batch, page)
         if self.same_database and transaction is not None:
             # The handler's writes, the quarantine and the checkpoint: one transaction.
             # Fenced: a lost claim refuses the record, raises JobAbortedError, and so rolls
             # back the handler's writes with it.
-            failed, handled = page.outcome
             if failed or handled:
                 self.ledger.quarantine(self.run_id, name, index, failed, handled, connection=transaction)
             self.step.run(step_name, self._checkpoint(page), connection=transaction)
+        return failed, handled
 
-    def _settle(self, page: _Page, step_name: str) -> None:
+    def _settle(self, page: _Page, outcome: _Outcome, step_name: str) -> None:
         """The quarantine and the checkpoint of a handled batch, each its own commit, for a pass
         whose store is another database."""
-        failed, handled = page.outcome
+        failed, handled = outcome
         # Quarantine first, then the checkpoint: a kill between them replays the batch, which
         # stores the same failures again (idempotent) rather than losing them.
         if failed or handled:

@@ -29,21 +29,28 @@ class StagedJob:
     run_id: str
     payload: str
 
+    def run_at(self, now: float) -> float:
+        """When it may first run (epoch seconds), staged at ``now``: its own ``run_at`` or now."""
+        return now if self.request.run_at is None else self.request.run_at
+
+    def state(self, now: float) -> str:
+        """Its first state, staged at ``now``: ``delayed`` until its ``run_at``, else ``ready``."""
+        return "delayed" if self.run_at(now) > now else "ready"
+
     def columns(self, now: float) -> dict[str, Any]:
         """The row's values at ``now`` (epoch seconds), by the parameter names every dialect's
         ``job_insert`` uses. Times are epoch seconds; a dialect converts what it stores otherwise."""
         request = self.request
-        run_at = now if request.run_at is None else request.run_at
         return {
             "id": self.id,
             "run_id": self.run_id,
             "name": request.name,
             "queue": request.queue,
             "payload": self.payload,
-            "state": "delayed" if run_at > now else "ready",
+            "state": self.state(now),
             "priority": request.priority,
             "max_attempts": request.max_attempts,
-            "run_at": run_at,
+            "run_at": self.run_at(now),
             "idempotency_key": request.idempotency_key,
             "tenant_id": request.tenant_id,
             "traceparent": request.traceparent,
@@ -90,8 +97,7 @@ def new_ids(count: int, *, millis: int | None = None) -> list[str]:
 
 def stage(request: EnqueueRequest) -> StagedJob:
     """Validate ``request`` and mint its ids; refused (coded) before anything is written."""
-    job_id, run_id = new_ids(2)
-    return StagedJob(request, job_id, run_id, check_request(request))
+    return stage_many([request])[0]
 
 
 def stage_many(requests: Sequence[EnqueueRequest]) -> list[StagedJob]:

@@ -68,7 +68,7 @@ def _column(item: _Staged, column: str) -> Any:
     if column == "run_at":
         return item.run_at
     if column == "state":
-        return "delayed" if item.run_at > item.now else "ready"
+        return item.staged.state(item.now)
     return getattr(item.request, column)
 
 

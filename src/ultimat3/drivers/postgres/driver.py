@@ -156,7 +156,7 @@ class _Staged:
         self.run_id = self.staged.run_id
         self.now = now
         #: Epoch seconds it may first run at.
-        self.run_at = now if request.run_at is None else request.run_at
+        self.run_at = self.staged.run_at(now)
         self._params: dict[str, Any] | None = None
 
     @classmethod
