@@ -20,6 +20,7 @@ at-least-once anyway); a settlement or heartbeat that did commit reports ``False
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -643,14 +644,17 @@ class PostgresDriver:
     def _ack_params(self, acks: Sequence[Ack]) -> tuple[dict[str, Any] | None, list[bool]]:
         """The ``ack_many`` parameters (``None``: no ack can settle) and which acks are storable;
         a result that cannot be stored is refused here, before anything is written."""
-        results = [Jsonb(result_text(a.result, what=f"result of job {a.job_id}"), dumps=_as_is) for a in acks]
+        results = [result_text(a.result, what=f"result of job {a.job_id}") for a in acks]
         usable = [is_storable_text(a.job_id) and is_storable_text(a.claim_token) for a in acks]
         if not any(usable):
             return None, usable
+        # One object, "id token" -> the result's JSON text (already serialised: spliced, not dumped
+        # again). Duplicate keys (the same ack twice) keep the last, as the same row is settled once.
+        entries = ",".join(f"{json.dumps(a.job_id + ' ' + a.claim_token)}:{r}"
+                           for a, r, ok in zip(acks, results, usable, strict=True) if ok)
         return {
             "ids": [a.job_id for a, ok in zip(acks, usable, strict=True) if ok],
-            "tokens": [a.claim_token for a, ok in zip(acks, usable, strict=True) if ok],
-            "results": [r for r, ok in zip(results, usable, strict=True) if ok],
+            "acks": Jsonb("{" + entries + "}", dumps=_as_is),
             "now": to_datetime(self.clock.now()),
             "channel": self.channel,
         }, usable
