@@ -64,6 +64,10 @@ class Outcome:
         return None
 
 
+#: What a handler that returns nothing stores (most do): serialised once, not once per attempt.
+_NULL = Serialized("null")
+
+
 def format_error(error: BaseException) -> str:
     """``Type: message`` then the traceback, bounded."""
     head = f"{type(error).__name__}: {error}"
@@ -232,7 +236,7 @@ class AttemptRunner:
         try:
             # Serialised once, here: what cannot be stored is refused now (a retry would
             # return it again), and the driver stores this text without dumping it again.
-            result = Serialized(strict_dumps(to_jsonable_python(value)))
+            result = _NULL if value is None else Serialized(strict_dumps(to_jsonable_python(value)))
         except Exception as bad:
             # The same handler would return the same value again: not worth a retry.
             refused = XError(f'job "{handle.name}" returned a value that cannot be stored as JSON: {bad}',

@@ -325,7 +325,8 @@ class Worker:
         self._busy += 1
         active = _Active(claimed, AbortSignal(claimed.job.name))
         self._active[claimed.job.id] = active
-        active.task = asyncio.ensure_future(self._attempt(active))
+        # The loop's own create_task: the attempt is a coroutine, ensure_future's checks buy nothing.
+        active.task = asyncio.get_running_loop().create_task(self._attempt(active))
 
     async def _attempt(self, active: _Active) -> None:
         claimed = active.claimed
@@ -370,8 +371,10 @@ class Worker:
 
     def _log_attempt(self, claimed: ClaimedJob, kind: str, duration: float, error: str | None) -> None:
         job = claimed.job
-        first = first_line(error) if kind in ("retry", "dead", "fenced", "aborted") and error else None
         level = logging.WARNING if kind in ("retry", "fenced") else logging.ERROR if kind == "dead" else logging.INFO
+        if not log.isEnabledFor(level):
+            return  # nobody listens: skip building the record's fields, once per attempt
+        first = first_line(error) if kind in ("retry", "dead", "fenced", "aborted") and error else None
         log.log(
             level, "job %s %s id=%s queue=%s attempt=%d/%d %.3fs%s", job.name, kind, job.id, job.queue,
             job.attempt, job.max_attempts, duration, f" error: {first}" if first else "",
