@@ -188,9 +188,11 @@ state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
 (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 
 -- name: _claim
--- The picked ids reach x_jobs as one array on its primary key, not as a join: joined, the planner
--- hashed them against a sequential scan of the whole table once it held some 10k rows (2 of the
--- 3 ms a claim of 100 took, measured).
+-- Joined to `picked`, not `j.id = ANY(ARRAY(SELECT id FROM picked))`: that form's generic plan,
+-- cached while the table was small, kept scanning the whole table as it grew (claim p50 1.2 ->
+-- 5.9 ms on claim_growth.py's growing table until an ANALYZE). Planned afresh for each call (as
+-- behind a transaction-mode pooler), the join may hash `picked` against a scan of a table of some
+-- 10k rows (2 of a 100-job claim's 6 ms, EXPLAIN ANALYZE), a cost the cached plan does not pay.
 UPDATE x_jobs AS j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -199,7 +201,8 @@ SET state = 'running',
     visible_at = %(visible_at)s,
     started_at = %(now)s,
     updated_at = %(now)s
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+FROM picked
+WHERE j.id = picked.id
 RETURNING j.*, (SELECT priority FROM head) AS head_priority, (SELECT run_at FROM head) AS head_run_at,
           (SELECT id FROM head) AS head_id
 
