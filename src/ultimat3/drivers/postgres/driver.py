@@ -189,6 +189,14 @@ def _settled(acks: Sequence[Ack], usable: list[bool], rows: list[Any]) -> list[b
     return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
 
 
+def _cached_plan(cur: Any) -> None:
+    """Have the claim that follows in this transaction run its cached plan (``claim_plan``) when
+    the connection prepares statements; behind a transaction-mode pooler nothing is prepared and
+    every claim is planned anyway, with its values."""
+    if cur.connection.prepare_threshold is not None:
+        cur.execute(_Q["claim_plan"])
+
+
 class _ClaimPlan:
     """One claim's statements, from the driver's cursor plan: run alone (:meth:`PostgresDriver.claim`)
     or after acks in their transaction (:meth:`PostgresDriver.ack_and_claim`), then folded back into
@@ -219,7 +227,9 @@ class _ClaimPlan:
         self.more = False
 
     def run_single(self, cur: Any) -> Any:
-        """Execute the one statement of a :attr:`single` claim on ``cur`` (its rows not yet fetched)."""
+        """Execute the one statement of a :attr:`single` claim on ``cur`` (its rows not yet
+        fetched), in the caller's transaction when the connection prepares statements."""
+        _cached_plan(cur)
         return cur.execute(_Q[self.plan.query], {**self.waiting, "limit": self.request.limit})
 
     def run(self, conn: Conn) -> tuple[list[Row], list[Row]]:
@@ -239,8 +249,10 @@ class _ClaimPlan:
         left = request.limit - len(early)
         if request.fair:
             return early + self.driver._claim_fair(cur, base, self.queues, request, left), []
-        fresh = cur.execute(_Q[plan.query], {**self.waiting, "limit": left}).fetchall() if left > 0 else []
-        return early, fresh
+        if left <= 0:
+            return early, []
+        _cached_plan(cur)
+        return early, cur.execute(_Q[plan.query], {**self.waiting, "limit": left}).fetchall()
 
     def failed(self) -> None:
         """The windows this claim would have covered are looked at again."""
@@ -551,7 +563,12 @@ class PostgresDriver:
 
         def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
             if claim.single:
-                return [], claim.run_single(_rows(conn)).fetchall()
+                if conn.prepare_threshold is None:  # nothing prepared: one statement, autocommit
+                    return [], claim.run_single(_rows(conn)).fetchall()
+                # BEGIN, the plan choice (see _cached_plan), the claim and COMMIT in one round trip.
+                with conn.pipeline(), conn.transaction():
+                    fresh = claim.run_single(_rows(conn))
+                return [], fresh.fetchall()
             with conn.transaction():
                 return claim.run(conn)
 
