@@ -189,6 +189,60 @@ def _settled(acks: Sequence[Ack], usable: list[bool], rows: list[Any]) -> list[b
     return [ok and a.job_id in done for a, ok in zip(acks, usable, strict=True)]
 
 
+class _AckRounds:
+    """An ack batch as ``ack_many`` statements, run in order in one transaction, none holding a
+    job id twice.
+
+    ``ack_many`` returns the settled ids (the token it matched is already cleared when RETURNING
+    runs), so an id must appear once per statement for its answer to be that ack's: a batch
+    holding a stale and a live claim of one job (it lapsed and was claimed again) is split, and
+    whichever of the two is live settles, in its round."""
+
+    __slots__ = ("acks", "rounds")
+
+    def __init__(self, driver: PostgresDriver, acks: Sequence[Ack]) -> None:
+        self.acks = acks
+        groups: list[list[int]]
+        if len({a.job_id for a in acks}) == len(acks):  # the worker's case: one round
+            groups = [list(range(len(acks)))]
+        else:
+            seen: dict[str, int] = {}
+            groups = []
+            for i, ack in enumerate(acks):
+                n = seen.get(ack.job_id, 0)
+                seen[ack.job_id] = n + 1
+                if n == len(groups):
+                    groups.append([])
+                groups[n].append(i)
+        # Every round's parameters before anything runs: a result that cannot be stored is
+        # refused with nothing written.
+        self.rounds = [(group, *driver._ack_params([acks[i] for i in group])) for group in groups]
+
+    @property
+    def writes(self) -> bool:
+        """Whether any ack can settle (is storable)."""
+        return any(params is not None for _, params, _ in self.rounds)
+
+    @property
+    def single(self) -> bool:
+        """Whether the batch is one statement (needs no transaction of its own)."""
+        return len(self.rounds) == 1
+
+    def run(self, conn: Conn) -> list[Any]:
+        """Execute each round on its own cursor (in a pipeline their rows are read after)."""
+        return [None if params is None else _tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME)
+                for _, params, _ in self.rounds]
+
+    def settled(self, cursors: list[Any]) -> list[bool]:
+        """Per ack, in order, whether it settled; ``cursors`` as :meth:`run` returned them."""
+        out = [False] * len(self.acks)
+        for (group, _, usable), cur in zip(self.rounds, cursors, strict=True):
+            rows = [] if cur is None else cur.fetchall()
+            for i, ok in zip(group, _settled([self.acks[i] for i in group], usable, rows), strict=True):
+                out[i] = ok
+        return out
+
+
 def _cached_plan(cur: Any) -> None:
     """Have the claim that follows in this transaction run its cached plan (``claim_plan``) when
     the connection prepares statements; behind a transaction-mode pooler nothing is prepared and
@@ -584,28 +638,27 @@ class PostgresDriver:
         control, no fair turns, nothing lapsed or passed to look at) is pipelined with the acks:
         BEGIN, the acks, the claim and COMMIT go out in one round trip."""
         check_weights(request.weights)
-        params, usable = self._ack_params(acks)
+        rounds = _AckRounds(self, acks)
         claim = self._claim_plan(request)
 
-        def op(conn: Conn, _: bool) -> tuple[list[Any], list[Row], list[Row]]:
+        def op(conn: Conn, _: bool) -> tuple[list[bool], list[Row], list[Row]]:
             if claim is None or claim.single:
                 with conn.pipeline(), conn.transaction():
-                    acked = _tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME) if params else None
+                    acked = rounds.run(conn)
                     fresh = claim.run_single(_rows(conn)) if claim is not None else None
-                return ([] if acked is None else acked.fetchall()), [], ([] if fresh is None else fresh.fetchall())
+                return rounds.settled(acked), [], ([] if fresh is None else fresh.fetchall())
             with conn.transaction():
-                acked_rows = (_tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME).fetchall()
-                              if params else [])
+                settled = rounds.settled(rounds.run(conn))
                 early_rows, fresh_rows = claim.run(conn)
-            return acked_rows, early_rows, fresh_rows
+            return settled, early_rows, fresh_rows
 
         try:
-            rows, early, fresh = self._db.run(op)
+            settled, early, fresh = self._db.run(op)
         except BaseException:
             if claim is not None:
                 claim.failed()
             raise
-        return _settled(acks, usable, rows), ClaimBatch() if claim is None else claim.finish(early, fresh)
+        return settled, ClaimBatch() if claim is None else claim.finish(early, fresh)
 
     def _claim_plan(self, request: ClaimRequest) -> _ClaimPlan | None:
         """What a claim will run, from this driver's cursors; ``None`` when it can claim nothing."""
@@ -651,12 +704,17 @@ class PostgresDriver:
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
         """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
-        params, usable = self._ack_params(acks)
-        if params is None:
+        rounds = _AckRounds(self, acks)
+        if not rounds.writes:
             return [False] * len(acks)
-        rows = self._db.run(lambda conn, _: _tuples(conn).execute(_Q["ack_many"], params,
-                                                                  prepare=_PLAN_EACH_TIME).fetchall())
-        return _settled(acks, usable, rows)
+
+        def op(conn: Conn, _: bool) -> list[bool]:
+            if rounds.single:
+                return rounds.settled(rounds.run(conn))
+            with conn.transaction():
+                return rounds.settled(rounds.run(conn))
+
+        return self._db.run(op)
 
     def _ack_params(self, acks: Sequence[Ack]) -> tuple[dict[str, Any] | None, list[bool]]:
         """The ``ack_many`` parameters (``None``: no ack can settle) and which acks are storable;

@@ -183,6 +183,41 @@ def test_ack_many_settles_each_job_under_its_own_fence(driver: JobDriver, clock:
     assert driver.ack_many([]) == []
 
 
+def test_ack_many_answers_a_stale_and_a_live_ack_of_one_job_apart(driver: JobDriver, clock: ManualClock) -> None:
+    # A claim that lapsed and was taken again (here by the same worker) leaves two tokens for one
+    # job in the worker's hands; both may finish in one batch, in either order. Only the live
+    # token settles, and each ack is answered for itself.
+    stale_first = enqueue(driver).id
+    clock.advance(0.001)
+    live_first = enqueue(driver).id
+    old = {c.job.id: c.claim_token for c in claim(driver, "w1", limit=2, visibility_timeout=5)}
+    clock.advance(10)
+    new = {c.job.id: c.claim_token for c in claim(driver, "w1", limit=2, visibility_timeout=60)}
+    assert set(new) == {stale_first, live_first}
+    settled = driver.ack_many([
+        Ack(stale_first, old[stale_first], "stale"),
+        Ack(stale_first, new[stale_first], "live"),
+        Ack(live_first, new[live_first], "live"),
+        Ack(live_first, old[live_first], "stale"),
+    ])
+    assert settled == [False, True, True, False]
+    assert [get(driver, j).result for j in (stale_first, live_first)] == ["live", "live"]
+    assert [get(driver, j).state for j in (stale_first, live_first)] == ["done", "done"]
+
+
+def test_ack_and_claim_answers_a_stale_and_a_live_ack_of_one_job_apart(
+    driver: JobDriver, clock: ManualClock
+) -> None:
+    job = enqueue(driver).id
+    old = claim_one(driver, "w1", visibility_timeout=5).claim_token
+    clock.advance(10)
+    live = claim_one(driver, "w1", visibility_timeout=60).claim_token
+    settled, claimed = driver.ack_and_claim([Ack(job, live, "live"), Ack(job, old, "stale")],
+                                            _claim_request("w1", limit=1))
+    assert (settled, list(claimed)) == ([True, False], [])
+    assert get(driver, job).result == "live"
+
+
 def test_ack_many_refuses_a_result_it_cannot_store_before_writing(driver: JobDriver) -> None:
     import pytest
 
