@@ -214,14 +214,16 @@ class _AckRounds:
                 if n == len(groups):
                     groups.append([])
                 groups[n].append(i)
-        # Every round's parameters before anything runs: a result that cannot be stored is
-        # refused with nothing written.
-        self.rounds = [(group, *driver._ack_params([acks[i] for i in group])) for group in groups]
+        # Every round's acks and parameters before anything runs: a result that cannot be stored
+        # is refused with nothing written.
+        subsets = [acks] if len(groups) == 1 else [[acks[i] for i in group] for group in groups]
+        self.rounds = [(group, subset, *driver._ack_params(subset))
+                       for group, subset in zip(groups, subsets, strict=True)]
 
     @property
     def writes(self) -> bool:
         """Whether any ack can settle (is storable)."""
-        return any(params is not None for _, params, _ in self.rounds)
+        return any(params is not None for _, _, params, _ in self.rounds)
 
     @property
     def single(self) -> bool:
@@ -231,14 +233,14 @@ class _AckRounds:
     def run(self, conn: Conn) -> list[Any]:
         """Execute each round on its own cursor (in a pipeline their rows are read after)."""
         return [None if params is None else _tuples(conn).execute(_Q["ack_many"], params, prepare=_PLAN_EACH_TIME)
-                for _, params, _ in self.rounds]
+                for _, _, params, _ in self.rounds]
 
     def settled(self, cursors: list[Any]) -> list[bool]:
         """Per ack, in order, whether it settled; ``cursors`` as :meth:`run` returned them."""
         out = [False] * len(self.acks)
-        for (group, _, usable), cur in zip(self.rounds, cursors, strict=True):
+        for (group, subset, _, usable), cur in zip(self.rounds, cursors, strict=True):
             rows = [] if cur is None else cur.fetchall()
-            for i, ok in zip(group, _settled([self.acks[i] for i in group], usable, rows), strict=True):
+            for i, ok in zip(group, _settled(subset, usable, rows), strict=True):
                 out[i] = ok
         return out
 
@@ -703,7 +705,8 @@ class PostgresDriver:
                                                 .fetchall())) == 1
 
     def ack_many(self, acks: Sequence[Ack]) -> list[bool]:
-        """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token."""
+        """Settle several jobs as ``done`` in one statement (one commit), each fenced on its token;
+        a batch holding a job id twice runs as one statement per repetition, in one transaction."""
         rounds = _AckRounds(self, acks)
         if not rounds.writes:
             return [False] * len(acks)
