@@ -206,6 +206,7 @@ def test_timeout_aborts_the_attempt_and_retries(memory: MemoryDriver) -> None:
 
 def test_async_timeout_cancels_the_task(memory: MemoryDriver) -> None:
     cancelled = threading.Event()
+    reasons: list[str | None] = []
 
     @job(name="slow.async", tenant="none", timeout=0.05, retry=RetryPolicy(max_attempts=1))
     async def slow(input: Any, ctx: Ctx, step: AsyncStep) -> None:
@@ -213,12 +214,16 @@ def test_async_timeout_cancels_the_task(memory: MemoryDriver) -> None:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             cancelled.set()
+            reasons.append(step.signal.reason)  # the signal says why while the handler unwinds
             raise
 
     result = slow.enqueue(driver=memory)
     drain(memory)
     assert cancelled.is_set()
-    assert state(memory, result.id) == "dead"
+    assert reasons == ["timeout"]
+    row = memory.introspect.get(result.id)
+    assert row is not None and row.state == "dead"
+    assert "X_JOB_TIMEOUT" in (row.last_error or "")
 
 
 def test_cancel_reaches_a_running_attempt_through_heartbeat(memory: MemoryDriver) -> None:
