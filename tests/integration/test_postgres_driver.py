@@ -22,7 +22,7 @@ import pytest
 from ultimat3.core.clock import ManualClock, system_clock, to_datetime
 from ultimat3.drivers.postgres.driver import PostgresDriver, conninfo_from_url
 from ultimat3.drivers.postgres.listener import WAKE_ALL
-from ultimat3.drivers.protocol import Ack, ClaimRequest, EnqueueRequest, JobDriver, NackRequest
+from ultimat3.drivers.protocol import Ack, ClaimRequest, EnqueueRequest, JobDriver, JobFilter, NackRequest
 from ultimat3.drivers.sql import load_migrations, load_queries, parse_queries
 from ultimat3.jobs.errors import DriverError, JobDuplicateError
 
@@ -845,3 +845,51 @@ def test_a_prepared_claim_runs_its_cached_plan_instead_of_being_planned_each_tim
     assert plans, "the claim was never prepared"
     assert sum(generic for generic, _ in plans) >= 6, plans
     assert all(custom == 0 for _, custom in plans), plans
+
+
+def test_a_pipelined_ack_and_claim_runs_the_claims_cached_plan(make_driver: Callable[..., PostgresDriver]) -> None:
+    # The worker's own path: acks, the plan choice and the claim in one pipeline with no BEGIN.
+    driver = make_driver(max_size=1)
+    driver._db.prepared = True
+    driver.enqueue_many([_job("plan.job") for _ in range(40)])
+    request = ClaimRequest("w", limit=2, queues=("default",))
+    batch = driver.claim(request)
+    for _ in range(12):
+        settled, batch = driver.ack_and_claim([Ack(c.job.id, c.claim_token, None) for c in batch], request)
+        assert all(settled) and batch
+    plans = driver._db.run(lambda conn, _: conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+        " WHERE statement LIKE '%SKIP LOCKED%'").fetchall())
+    assert plans and sum(generic for generic, _ in plans) >= 6, plans
+    assert all(custom == 0 for _, custom in plans), plans
+    # set_config(..., true) lasted only for its transaction: the session is back to auto.
+    mode = driver._db.run(lambda conn, _: conn.execute("SHOW plan_cache_mode").fetchone())
+    assert mode == ("auto",)
+
+
+def test_a_pipelined_ack_and_claim_is_one_transaction(make_driver: Callable[..., PostgresDriver],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # No BEGIN is sent: what makes the acks and the claim all-or-nothing is the pipeline's one
+    # implicit transaction. A claim that fails must take the acks sent before it down with it.
+    from ultimat3.drivers.postgres import driver as postgres_driver
+
+    driver = make_driver(max_size=1)
+    driver._db.prepared = True
+    first = driver.enqueue(_job("atomic.job")).id
+    driver.enqueue(_job("atomic.job"))
+    (claimed,) = driver.claim(ClaimRequest("w", visibility_timeout=300))
+    assert claimed.job.id == first
+    real = postgres_driver._ClaimPlan.run_single
+
+    def failing(self: Any, cur: Any) -> Any:
+        real(self, cur)
+        return cur.execute("SELECT 1 / 0")  # after the claim, in the same pipeline
+
+    monkeypatch.setattr(postgres_driver._ClaimPlan, "run_single", failing)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        driver.ack_and_claim([Ack(claimed.job.id, claimed.claim_token, None)], ClaimRequest("w"))
+    monkeypatch.undo()
+    row = driver.introspect.get(first)
+    assert row is not None and row.state == "running"  # the ack was rolled back with the claim
+    assert [r.state for r in driver.introspect.list(JobFilter(name="atomic.job"))].count("ready") == 1  # unclaimed
+    assert driver.ack_many([Ack(claimed.job.id, claimed.claim_token, None)]) == [True]

@@ -26,7 +26,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from typing import Any
 
 import psycopg
@@ -243,6 +243,17 @@ class _AckRounds:
             for i, ok in zip(group, _settled(subset, usable, rows), strict=True):
                 out[i] = ok
         return out
+
+
+def _implicit_transaction(conn: Conn) -> AbstractContextManager[Any]:
+    """A pipeline on an autocommit connection, with no BEGIN and no COMMIT: PostgreSQL runs every
+    statement sent before the pipeline's one Sync in one implicit transaction, rolled back whole
+    if any of them fails, and committed at the Sync. The statements go out together and come
+    back in one round trip. psycopg's ``transaction()`` inside a pipeline syncs at BEGIN and at
+    COMMIT (two more round trips): an A/B of three statements measured 440 us of wall and 300 us
+    of client CPU with it, 164 and 120 without. Only for statements that need none of each
+    other's results (they are all sent before any comes back)."""
+    return conn.pipeline()
 
 
 def _cached_plan(cur: Any) -> None:
@@ -621,8 +632,9 @@ class PostgresDriver:
             if claim.single:
                 if conn.prepare_threshold is None:  # nothing prepared: one statement, autocommit
                     return [], claim.run_single(_rows(conn)).fetchall()
-                # BEGIN, the plan choice (see _cached_plan), the claim and COMMIT in one round trip.
-                with conn.pipeline(), conn.transaction():
+                # The plan choice (see _cached_plan) and the claim in one round trip and one
+                # transaction: see _implicit_transaction.
+                with _implicit_transaction(conn):
                     fresh = claim.run_single(_rows(conn))
                 return [], fresh.fetchall()
             with conn.transaction():
@@ -638,14 +650,15 @@ class PostgresDriver:
     def ack_and_claim(self, acks: Sequence[Ack], request: ClaimRequest) -> tuple[list[bool], ClaimBatch]:
         """:meth:`ack_many` then :meth:`claim` in one transaction; the plain claim (no flow
         control, no fair turns, nothing lapsed or passed to look at) is pipelined with the acks:
-        BEGIN, the acks, the claim and COMMIT go out in one round trip."""
+        the acks, the plan choice and the claim go out in one round trip, one implicit
+        transaction (see :func:`_implicit_transaction`)."""
         check_weights(request.weights)
         rounds = _AckRounds(self, acks)
         claim = self._claim_plan(request)
 
         def op(conn: Conn, _: bool) -> tuple[list[bool], list[Row], list[Row]]:
             if claim is None or claim.single:
-                with conn.pipeline(), conn.transaction():
+                with _implicit_transaction(conn):
                     acked = rounds.run(conn)
                     fresh = claim.run_single(_rows(conn)) if claim is not None else None
                 return rounds.settled(acked), [], ([] if fresh is None else fresh.fetchall())

@@ -180,13 +180,15 @@ SELECT pg_notify(%(channel)s, q)::text FROM unnest(%(queues)s::text[]) AS q
 -- name: claim_plan
 -- Sent before a plain claim (in its transaction) on a connection that prepares statements: the
 -- claim runs the generic plan the server cached for it instead of being planned again each time.
+-- set_config(..., true) rather than SET LOCAL: it lasts to the end of the transaction, and a
+-- pipeline with no BEGIN is one (implicit) transaction up to its Sync, where SET LOCAL would warn.
 -- In auto mode PostgreSQL compares that plan's estimated cost with the plans made for the values:
 -- the generic one cannot know that `LIMIT $n` is small or that the cursor range holds few rows,
 -- so on a table with many rows in other queues or states it looks dearer, and every claim was
 -- planned afresh (about 1 ms of a 2.5 ms claim; claim_growth.py's grown table: p50 1.3 -> 2.4 ms,
 -- back to 1.3 ms with this). The plan is made from the table's statistics and remade when they
 -- change (ANALYZE), and it walks the claim index from the cursor like the planned-each-time one.
-SET LOCAL plan_cache_mode = force_generic_plan
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: _claimable
 state IN ('ready', 'delayed', 'suspended') AND run_at <= %(now)s
