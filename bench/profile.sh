@@ -23,6 +23,9 @@ profile pg_drain_c1_gil --gil --thread MainThread --thread x-io -- \
   bench/sys_ultimat3.py drain --url "$BASE/bench_prof" --n 5000 --concurrency 1
 profile pg_drain_c10_gil --gil --thread MainThread --thread x-io -- \
   bench/sys_ultimat3.py drain --url "$BASE/bench_prof" --n 10000 --concurrency 10
+# And at concurrency 100, where the client's CPU per job is the bound (issue 13's c=100 rows).
+profile pg_drain_c100_gil --gil --thread MainThread --thread x-io -- \
+  bench/sys_ultimat3.py drain --url "$BASE/bench_prof" --n 20000 --concurrency 100
 # The same on the embedded SQLite driver.
 profile sqlite_drain_c1_gil --gil --thread MainThread --thread x-io -- \
   bench/sys_ultimat3.py drain --url "sqlite:///$SQLITE_DIR/c1.db" --n 10000 --concurrency 1
@@ -35,6 +38,9 @@ profile pg_backfill_sweep_wall --thread x-job -- \
 # server-generated rows into x_jobs with each index, then without them one by one.
 profile pg_enqueue_batch_wall --thread MainThread -- \
   bench/sys_ultimat3.py enqueue --url "$BASE/bench_prof" --n 40000 --mode batch
+# One enqueue per call, GIL-holding samples: the client's share of a single enqueue.
+profile pg_enqueue_single_gil --gil --thread MainThread -- \
+  bench/sys_ultimat3.py enqueue --url "$BASE/bench_prof" --n 10000 --mode single
 profile sqlite_enqueue_batch_wall --thread MainThread -- \
   bench/sys_ultimat3.py enqueue --url "sqlite:///$SQLITE_DIR/e.db" --n 40000 --mode batch
 "$PY" bench/index_cost.py > bench/profiles/pg_index_cost.txt

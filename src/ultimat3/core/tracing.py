@@ -71,15 +71,30 @@ def enqueue_span(name: str, queue: str, count: int, traceparent: str | None) -> 
         yield produced if produced is not None else traceparent
 
 
-@contextmanager
-def attempt_span(name: str, queue: str, job_id: str, attempt: int, traceparent: str | None) -> Iterator[AttemptSpan]:
+class _NoAttemptSpan:
+    """The context of an attempt with no tracer installed: one shared object, no generator per
+    attempt (the generator-based context manager cost a worker ~2 us per job for nothing)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> AttemptSpan:
+        return _NO_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+_NO_ATTEMPT_SPAN = _NoAttemptSpan()
+
+
+def attempt_span(name: str, queue: str, job_id: str, attempt: int,
+                 traceparent: str | None) -> AbstractContextManager[AttemptSpan]:
     """The installed tracer's attempt span, or a no-op one."""
     tracer = _tracer
     if tracer is None:
-        yield _NoSpan()
-        return
-    with tracer.attempt(name, queue, job_id, attempt, traceparent) as span:
-        yield span
+        return _NO_ATTEMPT_SPAN
+    return tracer.attempt(name, queue, job_id, attempt, traceparent)
 
 
 @contextmanager

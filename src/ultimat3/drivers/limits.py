@@ -66,6 +66,9 @@ _current: Limits | None = None
 def current_limits() -> Limits:
     """The limits in force (the environment's on first use, unless configured in code)."""
     global _current
+    current = _current  # set once, then only replaced whole: read without the lock (every enqueue and attempt asks)
+    if current is not None:
+        return current
     with _lock:
         if _current is None:
             _current = _from_environment()

@@ -164,8 +164,10 @@ class JobHandle(Generic[InT]):
 
     def parse_input(self, value: InT | Mapping[str, Any] | None) -> InT:
         """Validate ``value`` against the input model; :class:`JobInputError` names the field."""
-        if isinstance(value, self.input_model):
-            data: Any = value.model_dump()
+        if type(value) is dict:  # a claimed payload, the common input: no ABC instance checks
+            data: Any = value
+        elif isinstance(value, self.input_model):
+            data = value.model_dump()
         elif value is None:
             data = {}
         elif isinstance(value, BaseModel):
