@@ -101,6 +101,10 @@ def limit_error(what: str, limit: str, value: int, actual: str) -> ConfigError:
     )
 
 
+#: The leaf types of a JSON-like value: nothing to look into.
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
 def check_depth(value: Any, *, what: str) -> None:
     """Refuse ``value`` nested deeper than ``max_depth`` lists/objects — iteratively, level by
     level, so a hostile payload cannot exhaust the stack of the check meant to stop it (and a
@@ -112,6 +116,8 @@ def check_depth(value: Any, *, what: str) -> None:
         below: list[Any] = []
         for item in level:
             kind = type(item)
+            if kind in _SCALARS:
+                continue  # before the ABC checks below, which cost more than the rest of the walk
             if kind is dict:
                 children: Any = item.values()
             elif kind is list or kind is tuple:
