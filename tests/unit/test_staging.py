@@ -66,3 +66,16 @@ def test_strict_dumps_keeps_text_that_only_looks_like_a_bad_escape(value: object
     text = strict_dumps(value)
     assert text.isascii()
     assert stage(EnqueueRequest(name="n", payload=value)).payload == text  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["queue", "traceparent", "enqueued_by", "tenant_id", "idempotency_key"])
+def test_a_batch_checks_each_distinct_text_once_and_still_refuses_a_bad_one_after_good_ones(field: str) -> None:
+    # The batch's shared strings are checked once; a request whose own value differs is checked
+    # in full, wherever it sits in the batch, and the whole batch is refused.
+    good = [EnqueueRequest(name="n", payload={}, **{field: "fine"}) for _ in range(3)]
+    bad = EnqueueRequest(name="n", payload={}, **{field: "bad\x00text"})
+    for batch in ([*good, bad], [bad, *good], [good[0], bad, good[1]]):
+        with pytest.raises(ConfigError) as caught:
+            stage_many(batch)
+        assert caught.value.code == "X_JOB_FIELD" and field in caught.value.message
+    assert [job.request for job in stage_many(good)] == good

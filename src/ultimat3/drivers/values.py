@@ -104,20 +104,30 @@ def result_text(value: Any, *, what: str) -> str:
                      hint="return JSON data: str (no NUL), finite numbers, bool, None, lists and dicts")
 
 
-def check_request(request: EnqueueRequest) -> str:
+#: The text columns of a request, each checked storable by :func:`check_request`.
+_TEXT_FIELDS = ("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by")
+
+
+def check_request(request: EnqueueRequest, storable: set[str] | None = None) -> str:
     """Refuse a request any driver would fail to store, with a coded error naming the field.
 
     Returns the payload as JSON text: drivers store that instead of serialising it again.
+    ``storable``: strings already found storable in this batch (its requests mostly share their
+    name, queue, traceparent and actor), which are not looked at again; filled as they are found.
     """
-    for field in ("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by"):
+    for field in _TEXT_FIELDS:
         value = getattr(request, field)
         if value is None and field not in ("name", "queue"):
+            continue
+        if storable is not None and type(value) is str and value in storable:
             continue
         if not isinstance(value, str) or text_problem(value) is not None:
             problem = "is not a string" if not isinstance(value, str) else text_problem(value)
             raise ConfigError(f'job "{request.name!r}" {field}={value!r} {problem}',
                               f"pass {field} as plain text without NUL or unpaired surrogates",
                               code="X_JOB_FIELD")
+        if storable is not None and type(value) is str:
+            storable.add(value)
     priority = request.priority
     if isinstance(priority, bool) or not isinstance(priority, int) or not INT32_MIN <= priority <= INT32_MAX:
         raise ConfigError(f'job "{request.name}" priority={priority!r} is not an integer in {INT32_MIN}..{INT32_MAX}',

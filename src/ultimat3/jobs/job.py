@@ -120,6 +120,21 @@ class EnqueueOptions:
     on_conflict: OnConflict = "return"
 
 
+@dataclass(slots=True)
+class _Shared:
+    """What every input of one enqueue call shares (its options, resolved), and the orgs whose
+    enqueue the acting context was already allowed in this call."""
+
+    run_at: float | None
+    priority: int
+    on_conflict: OnConflict
+    allowed: set[str | None]
+
+
+#: The flow fields of a job that declares no flow control.
+_NO_FLOW = FlowFields()
+
+
 class JobHandle(Generic[InT]):
     """A declared job: call :meth:`enqueue` to queue a run. Built by :func:`job`."""
 
@@ -212,22 +227,10 @@ class JobHandle(Generic[InT]):
         ctx: Ctx,
     ) -> EnqueueRequest:
         """Validate and turn one input into the row a driver writes. Raises before anything is written."""
-        model = self.parse_input(value)
-        tenant_id = self.tenant_of(model)
-        actor = ctx.actor
-        # A request acting for one org must not queue work for another (the job would run with
-        # the other org's data under this request's authority), and a context that lost its
-        # request must not queue work for anyone.
-        check_enqueue(ctx, self.name, tenant_id)
-        key = None
-        if self.idempotency_key is not None:
-            key = self.idempotency_key(model)
-            check(
-                isinstance(key, str) and key != "",
-                f'job "{self.name}": idempotency_key returned {key!r}, not a non-empty string',
-                "return a string that identifies the unit of work, e.g. f\"invoice:{input.invoice_id}\"",
-                code="X_JOB_IDEMPOTENCY_KEY",
-            )
+        return self._request(value, self._shared(options, now, ctx), ctx)
+
+    def _shared(self, options: EnqueueOptions, now: float, ctx: Ctx) -> _Shared:
+        """What every input of one enqueue call shares, checked once for the call."""
         check(
             options.delay is None or options.run_at is None,
             f'job "{self.name}" was enqueued with both delay= and run_at=',
@@ -245,15 +248,35 @@ class JobHandle(Generic[InT]):
                 code="X_JOB_SCHEDULE",
             )
             run_at = to_seconds(options.run_at)
-        # run_at's range and the priority's are the drivers' value rules (drivers/values.py),
-        # checked once, on the request, before anything is written.
-        priority = self.priority if options.priority is None else options.priority
         check(
             options.on_conflict in ("return", "error"),
             f'job "{self.name}" on_conflict={options.on_conflict!r}',
             "pass on_conflict='return' (get the live run back) or 'error' (raise JobDuplicateError)",
             code="X_JOB_ON_CONFLICT",
         )
+        # run_at's range and the priority's are the drivers' value rules (drivers/values.py),
+        # checked once, on the request, before anything is written.
+        priority = self.priority if options.priority is None else options.priority
+        return _Shared(run_at, priority, options.on_conflict, set())
+
+    def _request(self, value: InT | Mapping[str, Any] | None, shared: _Shared, ctx: Ctx) -> EnqueueRequest:
+        model = self.parse_input(value)
+        tenant_id = self.tenant_of(model)
+        # A request acting for one org must not queue work for another (the job would run with
+        # the other org's data under this request's authority), and a context that lost its
+        # request must not queue work for anyone. Asked once per org in one call.
+        if tenant_id not in shared.allowed:
+            check_enqueue(ctx, self.name, tenant_id)
+            shared.allowed.add(tenant_id)
+        key = None
+        if self.idempotency_key is not None:
+            key = self.idempotency_key(model)
+            check(
+                isinstance(key, str) and key != "",
+                f'job "{self.name}": idempotency_key returned {key!r}, not a non-empty string',
+                "return a string that identifies the unit of work, e.g. f\"invoice:{input.invoice_id}\"",
+                code="X_JOB_IDEMPOTENCY_KEY",
+            )
         # jsonb (and strict JSON) has no NaN or Infinity: refuse here, coded, before any write.
         # Looked for before the JSON dump too: pydantic's JSON mode silently turns a NaN held
         # in an Any/dict field into null, which would change the input without a word.
@@ -264,7 +287,7 @@ class JobHandle(Generic[InT]):
                 "pass finite numbers (or None) in the input",
                 code="X_JOB_INPUT",
             )
-        flow = self.flow.fields(model) if self.flow is not None else FlowFields()
+        flow = self.flow.fields(model) if self.flow is not None else _NO_FLOW
         if self.flow is not None and self.flow.singleton in ("skip", "replace"):
             key = SINGLETON_KEY
         # JSON-ready Python, not text: the driver serialises the payload once (check_request).
@@ -274,13 +297,13 @@ class JobHandle(Generic[InT]):
             payload=payload,
             queue=self.queue,
             idempotency_key=key,
-            run_at=run_at,
-            priority=priority,
+            run_at=shared.run_at,
+            priority=shared.priority,
             max_attempts=self.retry.max_attempts,
             tenant_id=tenant_id,
             traceparent=ctx.traceparent,
-            enqueued_by=actor.id,
-            on_conflict=options.on_conflict,
+            enqueued_by=ctx.actor.id,
+            on_conflict=shared.on_conflict,
             flow_key=flow.flow_key,
             flow_max=flow.flow_max,
             rate_key=flow.rate_key,
@@ -416,11 +439,11 @@ class JobHandle(Generic[InT]):
     def _requests(self, inputs: Sequence[InT | Mapping[str, Any] | None], options: EnqueueOptions,
                   target: JobDriver) -> list[EnqueueRequest]:
         ctx = current_ctx()
-        now = self._now(target)
+        shared = self._shared(options, self._now(target), ctx)
         requests = []
         for index, value in enumerate(inputs):
             try:
-                requests.append(self.build_request(value, options, now=now, ctx=ctx))
+                requests.append(self._request(value, shared, ctx))
             except XError as error:
                 if len(inputs) > 1:
                     error.message = f"inputs[{index}]: {error.message}"
