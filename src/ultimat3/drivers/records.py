@@ -62,7 +62,7 @@ def job_record(row: Row, decode: Decoders) -> JobRecord:
 
     Built by filling the instance's ``__dict__``: a frozen dataclass's ``__init__`` sets its 27
     fields one ``object.__setattr__`` at a time (3.5 us, a claim pays it per job); this is the
-    same record (equal, hashable, frozen afterwards) for a third of that. The fields filled are
+    same record (equal, frozen afterwards) for about half of that. The fields filled are
     checked against the class's at import (``_JOB_FIELDS``), so a new field cannot be missed.
     """
     record: JobRecord = object.__new__(JobRecord)
