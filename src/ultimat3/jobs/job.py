@@ -227,9 +227,9 @@ class JobHandle(Generic[InT]):
         ctx: Ctx,
     ) -> EnqueueRequest:
         """Validate and turn one input into the row a driver writes. Raises before anything is written."""
-        return self._request(value, self._shared(options, now, ctx), ctx)
+        return self._request(value, self._shared(options, now), ctx)
 
-    def _shared(self, options: EnqueueOptions, now: float, ctx: Ctx) -> _Shared:
+    def _shared(self, options: EnqueueOptions, now: float) -> _Shared:
         """What every input of one enqueue call shares, checked once for the call."""
         check(
             options.delay is None or options.run_at is None,
@@ -439,7 +439,7 @@ class JobHandle(Generic[InT]):
     def _requests(self, inputs: Sequence[InT | Mapping[str, Any] | None], options: EnqueueOptions,
                   target: JobDriver) -> list[EnqueueRequest]:
         ctx = current_ctx()
-        shared = self._shared(options, self._now(target), ctx)
+        shared = self._shared(options, self._now(target))
         requests = []
         for index, value in enumerate(inputs):
             try:
