@@ -107,7 +107,12 @@ def _declare(args, stamps: list[float] | None):
     def handle(batch) -> None:
         if stamps is not None:
             stamps.append(mono())
-        conn.execute(UPDATE, ([row.id for row in batch.rows],))
+        conn.execute(UPDATE, (batch.keys,))
+
+    def handle_joined(batch) -> None:
+        # The documented exactly-once path: the UPDATE goes through the batch's own connection,
+        # so it commits with the batch's checkpoint (one COMMIT per batch, as in the hand loop).
+        batch.connection.exec_driver_sql(UPDATE, (batch.keys,))
 
     extra = {}
     if args.variant == "plain-engine":
@@ -117,11 +122,12 @@ def _declare(args, stamps: list[float] | None):
             args.url.replace("postgresql://", "postgresql+psycopg://", 1),
             pool_pre_ping=False, isolation_level="AUTOCOMMIT",
         )
-    return backfill(engine="job-store",
+    extra.setdefault("engine", "job-store")
+    return backfill(
         name=f"bench.{args.op}",
         tenant="none",
         source=lambda ctx: select(bench_rows.c.id),
-        handle=handle,
+        handle=handle_joined if args.variant == "joined" else handle,
         batch=args.batch,
         rate=args.rate,
         **extra,

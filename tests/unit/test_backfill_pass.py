@@ -71,20 +71,27 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 
 class Sweep:
-    """A backfill under test: counts page reads, records what each batch handled and what the
-    pacer asked to sleep (moving the ManualClock instead of sleeping)."""
+    """A backfill under test: counts page reads (the LIMITed selects the engine runs) and how often
+    its source was built, records what each batch handled and what the pacer asked to sleep
+    (moving the ManualClock instead of sleeping)."""
 
     def __init__(self, engine: Engine, clock: ManualClock) -> None:
         self.engine = engine
         self.clock = clock
         self.pages = 0
+        self.built = 0
+        sa.event.listen(engine, "before_cursor_execute", self._count_page)
         self.handled: list[tuple[int, list[int]]] = []
         self.asked: list[float] = []
         self.on_sleep: Callable[[AbortSignal], None] | None = None
         self.on_batch: Callable[[Batch], None] | None = None
 
+    def _count_page(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM items" in statement and "LIMIT" in statement:
+            self.pages += 1
+
     def source(self, ctx: Any) -> sa.Select[Any]:
-        self.pages += 1
+        self.built += 1
         return sa.select(items).where(items.c.done.is_(False))
 
     def handle(self, batch: Batch) -> None:
@@ -154,6 +161,7 @@ def test_keyset_pages_each_recorded_as_its_own_step(memory: MemoryDriver, sweep:
                           "previous_run_id": None, "failures": 0, "kind": "pass"}
     assert sweep.handled == [(0, list(range(1, 11))), (1, list(range(11, 21))), (2, list(range(21, 26)))]
     assert sweep.pages == 3, "a short page ends the pass without another read"
+    assert sweep.built == 1, "the source is built once per attempt, not once per page"
     steps = memory.steps.load(queued.run_id)
     assert {name: s.result for name, s in steps.items()} == {
         "batch:0": {"cursor": 10, "rows": 10},
@@ -168,6 +176,21 @@ def test_keyset_pages_each_recorded_as_its_own_step(memory: MemoryDriver, sweep:
     assert [(e.batches, e.rows, e.replayed) for e in events] == [(1, 10, False), (2, 20, False), (3, 25, False)]
     # rate 5: the first batch never waits, the others wait out the interval (batches take no time here).
     assert sweep.asked == [pytest.approx(0.2), pytest.approx(0.2)]
+
+
+def test_a_batch_lists_its_keys_wherever_the_key_column_sits(memory: MemoryDriver, sweep: Sweep) -> None:
+    seen: list[tuple[list[int], list[int]]] = []
+
+    def handle(batch: Batch) -> None:
+        seen.append((batch.keys, [row.id for row in batch.rows]))
+
+    # The key is the second column here: keys are read by the key's position, not the first column.
+    declared = sweep.declare(source=lambda ctx: sa.select(items.c.done, items.c.id), handle=handle)
+    queued = declared.enqueue(driver=memory)
+    drain(memory)
+    assert row(memory, queued.id).state == "done"
+    assert [keys for keys, _ in seen] == [list(range(1, 11)), list(range(11, 21)), list(range(21, 26))]
+    assert all(keys == ids for keys, ids in seen)
 
 
 def test_an_exact_multiple_ends_on_an_empty_page(memory: MemoryDriver, sweep: Sweep) -> None:
@@ -202,6 +225,7 @@ def test_a_retry_replays_recorded_batches_and_resumes_from_the_cursor(memory: Me
     assert all(counts[i] == 1 for i in range(1, 21))
     # Attempt 2 read no page for batches 0 and 1: it resumed at the recorded cursor.
     assert sweep.pages == 3 + 1
+    assert sweep.built == 2, "each attempt builds the source again"
     assert [(e.batches, e.replayed) for e in events] == [
         (1, False), (2, False), (1, True), (2, True), (3, False)]
     ledger = memory.backfills.list("items.sweep")
@@ -338,7 +362,7 @@ def test_dry_run_counts_and_writes_nothing(memory: MemoryDriver, sweep: Sweep) -
     assert (plan.rows, plan.batches, plan.seconds) == (25, 3, 1.5)
     assert memory.introspect.list() == [] and memory.backfills.list() == []
     # The source is built once, to check its tables exist in the engine; no page is read or handled.
-    assert sweep.pages == 1 and sweep.handled == []
+    assert sweep.built == 1 and sweep.pages == 0 and sweep.handled == []
     uncounted = sweep.declare(name="uncounted")
     assert dry_run(uncounted, memory, "test").rows is None
 
@@ -354,7 +378,7 @@ def test_a_pass_outside_its_environments_is_dead_lettered(memory: MemoryDriver, 
     assert "X_BACKFILL_ENVIRONMENT" in job.last_error
     assert '"items.sweep"' in job.last_error and '"test"' in job.last_error
     assert "staging, production" in job.last_error
-    assert memory.backfills.list() == [] and sweep.pages == 0
+    assert memory.backfills.list() == [] and sweep.pages == sweep.built == 0
 
 
 def test_requires_an_x_migration(memory: MemoryDriver, sweep: Sweep) -> None:
@@ -363,7 +387,7 @@ def test_requires_an_x_migration(memory: MemoryDriver, sweep: Sweep) -> None:
     job = row(memory, queued.id)
     assert job.state == "dead" and job.attempt == 1
     assert "X_BACKFILL_REQUIRES" in job.last_error and "app:0002_add_done" in job.last_error
-    assert memory.backfills.list() == [] and sweep.pages == 0
+    assert memory.backfills.list() == [] and sweep.pages == sweep.built == 0
     memory.migrations.mark_applied("app:0002_add_done")
     memory.retry(queued.id)
     drain(memory)

@@ -67,6 +67,8 @@ class Batch:
     ``transactional=True`` gets it on any engine (its batch commits as one transaction; the
     checkpoint follows it unless the engine is the job store's). ``None`` otherwise.
 
+    ``keys`` lists the rows' keys in order (what an ``UPDATE ... WHERE id = ANY(...)`` needs).
+
     ``fail(row, reason)`` quarantines a row the handler cannot handle: the pass goes on, the row
     is stored with its reason (``x db backfill failures NAME``) until a ``--retry-failed`` pass
     handles it.
@@ -95,6 +97,13 @@ class Batch:
                 f'backfill "{self.backfill}": batch {self.index} has no row with key {key!r} to fail',
                 "pass one of batch.rows (or its key) to batch.fail", code="X_BACKFILL_FAIL")
         self._failed[key] = reason
+
+    @property
+    def keys(self) -> list[Any]:
+        """The page's keys, in key order: ``[row[key] for row in rows]`` without an attribute
+        lookup per row (e.g. ``UPDATE ... WHERE id = ANY(:keys)``)."""
+        position = self.key_position
+        return [row[position] for row in self.rows]
 
     @property
     def failed(self) -> dict[Any, str]:
@@ -163,7 +172,7 @@ class DryRun:
     seconds: float | None
 
 
-#: ``source(ctx)``: the rows to visit, as a select built afresh for every page.
+#: ``source(ctx)``: the rows to visit, as a select; built once per attempt of a pass (at its first page).
 Source = Callable[[Ctx], "Select[*tuple[Any, ...]]"]
 #: ``handle(batch)``: sync, or async (awaited on the pass's own loop).
 Handle = Callable[[Batch], object]

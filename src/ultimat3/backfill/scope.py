@@ -1,7 +1,7 @@
 """The cross-tenant grant: ONLY a backfill declared ``tenant='none'``, only for its own pass.
 
-It has to be granted inside the pass: ``source`` is lazy, so every page's statement is built (and
-scoped) inside the iteration, long after the declaring code returned — an author has nothing to
+It has to be granted inside the pass: ``source`` is lazy, so the pages' statements are built (and
+scoped) inside the pass, long after the declaring code returned — an author has nothing to
 wrap in ``cross_tenant()`` themselves.
 
 Why not give the worker's identity the capability instead: that would hand it to every job the

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Integer, Table, bindparam
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
@@ -54,9 +54,12 @@ from ultimat3.tenancy.tables import base_of
 from ultimat3.tenancy.where import and_where
 
 __all__ = [
+    "CURSOR_PARAMETER",
     "LEDGER_PROGRESS_EVERY",
+    "LIMIT_PARAMETER",
     "PAUSE_POLL",
     "PAUSE_RECHECK",
+    "PageStatements",
     "page_statement",
     "run_pass",
 ]
@@ -107,7 +110,7 @@ def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first:
                    engine: Engine, limit: int | None, keys: list[Any] | None = None) -> tuple[Select[Any], int]:
     """The page's statement and the POSITION of the key among its columns.
 
-    Built afresh for every page: source is lazy, and scoping happens against the pass's ctx. The
+    Built afresh on each call: source is lazy, and scoping happens against the pass's ctx. The
     key is read back by position, not by column object: scoping rebuilds the statement, so the
     source's column objects are not the ones the rows are keyed by (a subquery, a CTE or an
     alias of an alias would otherwise fail to find it). ``keys``: a retry pass's page, exactly
@@ -121,11 +124,50 @@ def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first:
     elif not first:
         # Grouped: an OR inside the source's own criteria must not swallow the cursor condition.
         stmt = and_where(stmt, key > cursor)
+    return _ordered(stmt, key, limit, ctx, engine), position
+
+
+def _ordered(stmt: Select[Any], key: ColumnElement[Any], limit: int | None, ctx: Ctx,
+             engine: Engine) -> Select[Any]:
     # The pass owns the order and the limit: keyset paging is only correct in key order.
     page = stmt.order_by(None).order_by(key)
     if limit is not None:
         page = page.limit(limit)
-    return scoped(page, ctx, bind=engine), position
+    return scoped(page, ctx, bind=engine)
+
+
+#: The bound parameters a sweep's page statement takes its cursor and its size from.
+CURSOR_PARAMETER = "x_backfill_cursor"
+LIMIT_PARAMETER = "x_backfill_limit"
+
+
+class PageStatements:
+    """A sweep attempt's two page statements, built from ``source(ctx)`` once per attempt.
+
+    The first page has no cursor condition; every later one takes the cursor as the bound
+    parameter :data:`CURSOR_PARAMETER`, and both take the page size as :data:`LIMIT_PARAMETER`,
+    so a page costs its execution only, not a fresh source, key inference and scoping walk (with
+    SQLAlchemy compiling the statement to find its FROM list, twice, that was ~1 ms of a
+    1,000-row batch; a ``.limit()`` per page, another 0.3 ms). A retried or resumed attempt
+    builds them again, so a source that reads the clock or the ctx is re-read at each attempt.
+    """
+
+    def __init__(self, definition: BackfillDefinition, ctx: Ctx, engine: Engine) -> None:
+        stmt = source_statement(definition, ctx)
+        key = _key_column(definition, stmt)
+        #: Where the key sits among the page's columns (see :func:`page_statement`).
+        self.position = next(i for i, column in enumerate(stmt.selected_columns) if column is key)
+        limit = bindparam(LIMIT_PARAMETER, type_=Integer)
+        self.first = _ordered(stmt, key, None, ctx, engine).limit(limit)
+        after = and_where(stmt, key > bindparam(CURSOR_PARAMETER, type_=key.type))
+        self.next = _ordered(after, key, None, ctx, engine).limit(limit)
+
+    def page(self, cursor: Any, first: bool, limit: int) -> tuple[Select[Any], dict[str, Any]]:
+        """The statement for the page after ``cursor`` (the first page when ``first``), and its
+        parameters."""
+        if first:
+            return self.first, {LIMIT_PARAMETER: limit}
+        return self.next, {CURSOR_PARAMETER: cursor, LIMIT_PARAMETER: limit}
 
 
 #: Seconds (the pacer's clock) between a pass's looks at whether it was asked to pause, when its
@@ -170,6 +212,8 @@ class _Sweep:
         self.asked_at = float("-inf")
         self.checked = False
         self.throttle: Throttle | None = None
+        #: This attempt's page statements, built at its first page read.
+        self.pages: PageStatements | None = None
         #: The pass's connection (:meth:`_connection`), ``None`` until its first batch.
         self.held: Connection | None = None
         self.throttled: str | None = None
@@ -321,16 +365,21 @@ class _Sweep:
                 return None
             keys = [decode_failure_key(failure.key) for failure in held]
             statement, key = page_statement(self.definition, self.ctx, None, False, engine, None, keys)
-            return _Page(self._fetch(statement, engine, conn), held[-1].key, key, [failure.key for failure in held])
-        statement, key = page_statement(self.definition, self.ctx, self.cursor, self.index == 0, engine, limit)
-        rows = self._fetch(statement, engine, conn)
+            return _Page(self._fetch(statement, {}, engine, conn), held[-1].key, key,
+                         [failure.key for failure in held])
+        if self.pages is None:
+            self.pages = PageStatements(self.definition, self.ctx, engine)
+        statement, parameters = self.pages.page(self.cursor, self.index == 0, limit)
+        rows = self._fetch(statement, parameters, engine, conn)
+        key = self.pages.position
         return _Page(rows, rows[-1][key], key) if rows else None
 
-    def _fetch(self, statement: Select[Any], engine: Engine, conn: Connection) -> list[Row[Any]]:
+    def _fetch(self, statement: Select[Any], parameters: dict[str, Any], engine: Engine,
+               conn: Connection) -> list[Row[Any]]:
         """One page, after the checks that come before every batch (the throttle may wait: the
         batch's transaction, if any, has sent nothing yet, so nothing is held open meanwhile)."""
         self._check_once(statement, engine)
-        return list(conn.execute(statement).all())
+        return list(conn.execute(statement, parameters).all())
 
     def _check_once(self, statement: Select[Any], engine: Engine) -> None:
         """The source's tables once per attempt, then the health throttle before every batch."""
