@@ -6,7 +6,7 @@
     python bench/backfill_bench.py pacer-only  --rate 500 --batches 500
 
 ``sweep``: ``backfill(engine="job-store", name=..., tenant='none', source=lambda ctx: select(bench_rows.c.id),
-handle=<UPDATE bench_rows SET v = v + 1 WHERE id = ANY(page ids)>, batch=1000, rate=<high>)``
+handle=<UPDATE bench_rows SET v = v + 1 WHERE id = ANY(batch.keys)>, batch=1000, rate=<high>)``
 run with ``run_backfill(handle, driver=...)`` (enqueue, then a concurrency-1 worker in this
 process), i.e. the whole product path: claim, ledger, a durable step per batch, the pacer.
 
@@ -21,6 +21,10 @@ own timing apart from the per-batch work it has to absorb. ``--variant scheduled
 reference pacer instead (``ScheduledPacer`` below: the next slot is the previous SLOT plus one
 interval, not the wake-up time plus one interval, so oversleeping does not accumulate) — the fix
 this bench first proposed, which ``Pacer`` has since adopted; kept as a yardstick.
+
+``sweep --variant joined``: the handler runs the same ``UPDATE`` through ``batch.connection``,
+the documented exactly-once form: it commits with the batch's checkpoint, one COMMIT per batch
+as in the hand loop (the default handler's own autocommit connection adds the checkpoint's).
 
 ``sweep --variant plain-engine`` passes ``engine=create_engine(url, pool_pre_ping=False,
 isolation_level="AUTOCOMMIT")`` to ``backfill()`` instead of the default engine the pass builds

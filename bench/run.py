@@ -197,6 +197,10 @@ def plan(args: argparse.Namespace) -> list[Case]:
         cases.append(Case(group, "ultimat3 backfill()", "ours",
                           [bf, "sweep", "--url", "{url}", "--rows", str(args.rows), "--rate", str(args.sweep_rate)],
                           database="bench_bf_ours", note=f"run_backfill, rate={args.sweep_rate:g}/s (not binding)"))
+        cases.append(Case(group, "ultimat3 backfill(), UPDATE through batch.connection", "info",
+                          [bf, "sweep", "--url", "{url}", "--rows", str(args.rows), "--rate", str(args.sweep_rate),
+                           "--variant", "joined"], database="bench_bf_ours",
+                          note="exactly once: the UPDATE commits with the checkpoint, one COMMIT per batch"))
         if args.extras:
             cases.append(Case(group, "ultimat3 backfill(engine=plain)", "info",
                               [bf, "sweep", "--url", "{url}", "--rows", str(args.rows), "--rate", str(args.sweep_rate),
