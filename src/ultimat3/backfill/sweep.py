@@ -116,15 +116,20 @@ def page_statement(definition: BackfillDefinition, ctx: Ctx, cursor: Any, first:
     alias of an alias would otherwise fail to find it). ``keys``: a retry pass's page, exactly
     those rows (those still matching the source).
     """
-    stmt = source_statement(definition, ctx)
-    key = _key_column(definition, stmt)
-    position = next(i for i, column in enumerate(stmt.selected_columns) if column is key)
+    stmt, key, position = _keyed_source(definition, ctx)
     if keys is not None:
         stmt = and_where(stmt, key.in_(keys))
     elif not first:
         # Grouped: an OR inside the source's own criteria must not swallow the cursor condition.
         stmt = and_where(stmt, key > cursor)
     return _ordered(stmt, key, limit, ctx, engine), position
+
+
+def _keyed_source(definition: BackfillDefinition, ctx: Ctx) -> tuple[Select[Any], ColumnElement[Any], int]:
+    """``source(ctx)``, its key column, and where the key sits among its columns."""
+    stmt = source_statement(definition, ctx)
+    key = _key_column(definition, stmt)
+    return stmt, key, next(i for i, column in enumerate(stmt.selected_columns) if column is key)
 
 
 def _ordered(stmt: Select[Any], key: ColumnElement[Any], limit: int | None, ctx: Ctx,
@@ -153,10 +158,9 @@ class PageStatements:
     """
 
     def __init__(self, definition: BackfillDefinition, ctx: Ctx, engine: Engine) -> None:
-        stmt = source_statement(definition, ctx)
-        key = _key_column(definition, stmt)
+        stmt, key, position = _keyed_source(definition, ctx)
         #: Where the key sits among the page's columns (see :func:`page_statement`).
-        self.position = next(i for i, column in enumerate(stmt.selected_columns) if column is key)
+        self.position = position
         limit = bindparam(LIMIT_PARAMETER, type_=Integer)
         self.first = _ordered(stmt, key, None, ctx, engine).limit(limit)
         after = and_where(stmt, key > bindparam(CURSOR_PARAMETER, type_=key.type))
