@@ -33,6 +33,7 @@ from ultimat3.drivers.protocol import (
 )
 from ultimat3.jobs.execute import SHUTDOWN, AttemptRunner, Outcome
 from ultimat3.jobs.job import get_job, registered_jobs
+from ultimat3.jobs.prefetch import Prefetch
 from ultimat3.jobs.schedule import tick_text
 from ultimat3.jobs.scheduler import Scheduler, declared_schedules
 from ultimat3.jobs.signal import AbortSignal
@@ -178,12 +179,15 @@ class Worker:
         check(
             prefetch is None or (isinstance(prefetch, int) and not isinstance(prefetch, bool) and prefetch >= 0),
             f"Worker(prefetch={prefetch!r}) — prefetch is a whole number of jobs, 0 or more",
-            "write prefetch=0 (claim only for free slots) or leave it out (as many as concurrency)",
+            "write prefetch=0 (claim only for free slots), prefetch=N (exactly N) or leave it out "
+            "(adaptive: from concurrency up, while handlers are quick next to a claim's round trip)",
             code="X_WORKER_CONFIG",
         )
         #: Jobs claimed ahead of a free slot (plain claims only: never jobs under flow control or
         #: fair dispatch), started the moment a handler returns instead of after a round trip.
-        self.prefetch = concurrency if prefetch is None else prefetch
+        #: ``None``: adaptive (see :class:`~ultimat3.jobs.prefetch.Prefetch`), at least ``concurrency``.
+        self.prefetch = prefetch
+        self._prefetch = Prefetch(concurrency) if prefetch is None else Prefetch.fixed(prefetch)
         self.liveness_interval = liveness_interval
         #: Finished jobs older than this many seconds are deleted by this worker every
         #: PRUNE_INTERVAL (jittered); ``None``: never (``x db prune`` by hand or from cron).
@@ -280,7 +284,9 @@ class Worker:
         if request is None:
             return []
         with self._reserving(limit):
+            sent = time.monotonic()
             claimed = await self._io(self.driver.claim, request)
+            self._prefetch.claimed(time.monotonic() - sent)
         self._took(claimed)
         return claimed
 
@@ -296,7 +302,8 @@ class Worker:
     def _room(self, names: tuple[str, ...], settling: int = 0) -> int:
         """How many more jobs this worker may claim: slots plus prefetch, less what it holds
         (``settling``: attempts whose ack is about to commit, whose claims end with it)."""
-        ahead = 0 if self._governs(names) or self.fair or not self._claim_with_acks else self.prefetch
+        ahead = (0 if self._governs(names) or self.fair or not self._claim_with_acks
+                 else self._prefetch.depth(time.monotonic()))
         held = len(self._active) - settling + len(self._ahead) + self._reserved
         return self.concurrency + ahead - held
 
@@ -325,6 +332,7 @@ class Worker:
         self._busy += 1
         active = _Active(claimed, AbortSignal(claimed.job.name))
         self._active[claimed.job.id] = active
+        self._prefetch.started(active.started)
         # The loop's own create_task: the attempt is a coroutine, ensure_future's checks buy nothing.
         active.task = asyncio.get_running_loop().create_task(self._attempt(active))
 
@@ -340,6 +348,7 @@ class Worker:
         finally:
             # The handler is over: its slot goes to a job claimed ahead while this one settles.
             self._busy -= 1
+            self._prefetch.finished(active.started, time.monotonic())
             self._fill()
         try:
             settled = await self._settle(claimed, outcome)
@@ -424,7 +433,9 @@ class Worker:
             else:
                 with self._reserving(limit):
                     try:
+                        sent = time.monotonic()
                         settled, claimed = await self._io(self.driver.ack_and_claim, acks, request)
+                        self._prefetch.claimed(time.monotonic() - sent)
                     except Exception as error:
                         # Whatever failed (most likely the claim), the acks must not wait for it.
                         _throttled.warning("claim", "claim with acks failed (%s: %s); acking alone",
