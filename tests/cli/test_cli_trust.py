@@ -90,11 +90,27 @@ def test_click_errors_are_coded_too(x: X) -> None:
                        (("jobs", "ls", "--state", "bogus"), "X_CLI_VALUE"),
                        (("worker", "--log-level", "loud"), "X_CLI_VALUE"),
                        (("worker", "--prune-after", "soon"), "X_DURATION"),
+                       (("worker", "--prefetch", "lots"), "X_WORKER_CONFIG"),
+                       (("worker", "--prefetch", "-1"), "X_WORKER_CONFIG"),
+                       (("worker", "--prefetch", "2.5"), "X_WORKER_CONFIG"),
                        (("jobs", "ls", "--no-such-flag"), "X_CLI_USAGE"),
                        (("no-such-command",), "X_CLI_USAGE")):
         result = x(*args)
         assert result.exit_code == 2, (args, result.output)
         one_coded_line(result.stderr, code)
+
+
+def test_worker_prefetch_reaches_the_worker(x: X, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ultimat3.jobs.worker import Worker
+
+    seen: list[tuple[int | None, int]] = []
+    # The worker parses its options and is built for real; only its loop is replaced.
+    monkeypatch.setattr(Worker, "run_forever", lambda self: seen.append((self.prefetch, self._prefetch.depth(0.0))))
+    for value, expected in (("auto", (None, 3)), ("AUTO", (None, 3)), ("0", (0, 0)), ("25", (25, 25))):
+        result = x("worker", "--concurrency", "3", "--prefetch", value)
+        assert result.exit_code == 0, result.output
+        assert seen.pop() == expected
+        assert f"prefetch {value.lower() if value.isalpha() else value}" in result.stderr
 
 
 def test_a_url_never_shows_its_password(tmp_path: Path) -> None:
