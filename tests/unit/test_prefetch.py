@@ -169,3 +169,50 @@ def test_a_worker_with_slow_handlers_holds_no_more_than_its_floor(memory: Memory
     assert sum(claims) == 16
     # Two running and two claimed ahead at most: a slow handler's slot frees long after a claim.
     assert held and max(held) <= 4
+
+
+class Recorded(MemoryDriver):
+    """A memory driver whose ack batches take 50 ms, recording each worker call and how many ack
+    batches were already in flight when it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    def _slow(self, kind: str, call: Any) -> Any:
+        with self._lock:
+            self.calls.append((kind, self._in_flight))
+            self._in_flight += 1
+        try:
+            time.sleep(0.05)
+            return call()
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def ack_many(self, acks: Any) -> Any:
+        return self._slow("ack_many", lambda: super(Recorded, self).ack_many(acks))
+
+    def ack_and_claim(self, acks: Any, request: Any) -> Any:
+        return self._slow("ack_and_claim", lambda: super(Recorded, self).ack_and_claim(acks, request))
+
+
+def test_an_ack_batch_sent_while_another_rides_with_a_claim_still_claims() -> None:
+    driver = Recorded()
+    driver.migrate()
+    try:
+        @job(name="brief", tenant="none", input=Item)
+        async def brief(input: Item, ctx: Ctx, step: AsyncStep) -> None:
+            await asyncio.sleep(0.01)
+
+        brief.enqueue_many([{"n": n} for n in range(8)], driver=driver)
+        run_until_done(driver, 8, concurrency=1, prefetch=1)
+        # Job 2 (claimed ahead) finishes while job 1's ack is in flight with the claim replacing
+        # job 1: that claim's slot is not job 1's as well, so job 2's ack has a slot to claim for.
+        overlapping = [kind for kind, in_flight in driver.calls if in_flight]
+        assert overlapping, driver.calls
+        assert all(kind == "ack_and_claim" for kind in overlapping), driver.calls
+    finally:
+        driver.close()

@@ -233,6 +233,9 @@ class Worker:
         self._stopping = False
         # Slots promised to claims in flight (the main loop's, or one riding with an ack batch).
         self._reserved = 0
+        # Attempts whose ack rides with a claim in flight: that claim's slots (reserved) replace
+        # theirs, so they are not counted twice.
+        self._settling = 0
         # Whether ack batches carry the next claim (run(): yes; drain(), with its budget: no).
         self._claim_with_acks = False
         self._wake: asyncio.Event | None = None
@@ -304,7 +307,7 @@ class Worker:
         (``settling``: attempts whose ack is about to commit, whose claims end with it)."""
         ahead = (0 if self._governs(names) or self.fair or not self._claim_with_acks
                  else self._prefetch.depth(time.monotonic()))
-        held = len(self._active) - settling + len(self._ahead) + self._reserved
+        held = len(self._active) - self._settling - settling + len(self._ahead) + self._reserved
         return self.concurrency + ahead - held
 
     async def _hold(self, claimed: list[ClaimedJob]) -> bool:
@@ -432,6 +435,7 @@ class Worker:
                 settled = await self._io(self.driver.ack_many, acks)
             else:
                 with self._reserving(limit):
+                    self._settling += len(batch)
                     try:
                         sent = time.monotonic()
                         settled, claimed = await self._io(self.driver.ack_and_claim, acks, request)
@@ -441,6 +445,8 @@ class Worker:
                         _throttled.warning("claim", "claim with acks failed (%s: %s); acking alone",
                                            type(error).__name__, first_line(str(error)))
                         settled = await self._io(self.driver.ack_many, acks)
+                    finally:
+                        self._settling -= len(batch)
         except Exception as error:
             for _, future in batch:
                 if not future.done():
