@@ -893,3 +893,34 @@ def test_a_pipelined_ack_and_claim_is_one_transaction(make_driver: Callable[...,
     assert row is not None and row.state == "running"  # the ack was rolled back with the claim
     assert [r.state for r in driver.introspect.list(JobFilter(name="atomic.job"))].count("ready") == 1  # unclaimed
     assert driver.ack_many([Ack(claimed.job.id, claimed.claim_token, None)]) == [True]
+
+
+def test_times_read_as_utc_whatever_zone_the_session_starts_in(
+    make_driver: Callable[..., PostgresDriver], admin_url: str, schema: str
+) -> None:
+    from datetime import UTC
+
+    from ultimat3.drivers.postgres.rows import _utc
+
+    # Sessions that start in another zone, as on a server whose TimeZone is set to one.
+    # (By hand: libpq reads "%20" as a space in a URI, and urlencode would write "+".)
+    options = f"options=-csearch_path%3D{schema}%20-cTimeZone%3DAsia/Kolkata"
+    kolkata = f"{admin_url}{'&' if '?' in admin_url else '?'}{options}"
+    driver = make_driver(url=kolkata)
+    with driver._pool.connection() as conn:
+        # The driver's own sessions switch to UTC, so psycopg decodes straight to UTC datetimes.
+        assert conn.info.parameter_status("TimeZone") == "UTC"
+        raw = conn.execute("SELECT now()").fetchone()
+    assert raw is not None and raw[0].tzinfo is UTC
+    job_id = driver.enqueue(_job(queue="tz")).id
+    claimed = driver.claim(ClaimRequest(worker_id="w", limit=1, queues=("tz",)))
+    assert [c.job.id for c in claimed] == [job_id]
+    record = claimed[0].job
+    for value in (record.created_at, record.run_at, record.updated_at, record.visible_at, record.started_at):
+        assert value is not None and value.tzinfo is UTC
+    # A caller's session (a transactional enqueue, a backfill's connection) keeps its zone: its
+    # values are converted, the same instant.
+    with psycopg.connect(kolkata, autocommit=True) as caller:
+        value = caller.execute("SELECT now()").fetchone()
+        assert value is not None and value[0].tzinfo is not UTC
+        assert _utc(value[0]) == value[0] and _utc(value[0]).tzinfo is UTC

@@ -65,6 +65,7 @@ from ultimat3.drivers.postgres.rows import (
     _as_is,
     _job,
     _rows,
+    _session_utc,
     _tuples,
 )
 from ultimat3.drivers.postgres.schedules import PostgresScheduleStore
@@ -392,6 +393,7 @@ class PostgresDriver:
             max_size=max_size,
             # No named prepared statements until sessions are proven real (see _Database).
             kwargs={"autocommit": True, "prepare_threshold": None},
+            configure=_session_utc,
             open=True,
             name=f"ultimat3-{channel}",
             timeout=10.0,

@@ -47,12 +47,18 @@ _Q: Final = load_queries("ultimat3.drivers.postgres")
 
 
 def _utc(value: datetime) -> datetime:
-    """A timestamptz as the aware UTC datetime every driver reports, whatever the session zone."""
-    return value.astimezone(UTC)
+    """A timestamptz as the aware UTC datetime every driver reports, whatever the session zone
+    (the driver's own sessions are set to UTC, so their values pass through as they are)."""
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
+    return None if value is None else _utc(value)
+
+
+def _session_utc(conn: Conn) -> None:
+    """A new pooled connection's set-up: times in UTC (``session_utc``)."""
+    conn.execute(_Q["session_utc"])
 
 
 def _as_is(text: Any) -> str:
