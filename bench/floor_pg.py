@@ -61,15 +61,16 @@ def enqueue(args) -> None:
     conn = setup(args.url)
     conn.execute(INSERT_ONE, ("noop", json.dumps({"i": -1}))).fetchone()
     started = time.perf_counter()
-    if args.mode == "single":
-        for i in range(args.n):
-            conn.execute(INSERT_ONE, ("noop", json.dumps({"i": i}))).fetchone()
-    else:
-        for part in chunks(args.n, args.batch):
-            conn.execute(INSERT_MANY, ("noop", [json.dumps({"i": i}) for i in part])).fetchall()
+    with CpuMeter() as cpu:
+        if args.mode == "single":
+            for i in range(args.n):
+                conn.execute(INSERT_ONE, ("noop", json.dumps({"i": i}))).fetchone()
+        else:
+            for part in chunks(args.n, args.batch):
+                conn.execute(INSERT_MANY, ("noop", [json.dumps({"i": i}) for i in part])).fetchall()
     seconds = time.perf_counter() - started
     conn.close()
-    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds)
+    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds, **cpu.report())
 
 
 def drain(args) -> None:

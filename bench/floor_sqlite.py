@@ -60,18 +60,19 @@ def setup(url: str) -> sqlite3.Connection:
 def enqueue(args) -> None:
     conn = setup(args.url)
     started = time.perf_counter()
-    if args.mode == "single":
-        for i in range(args.n):
-            conn.execute(INSERT, ("noop", json.dumps({"i": i}), time.time()))
-    else:
-        for part in chunks(args.n, args.batch):
-            conn.execute("BEGIN IMMEDIATE")
-            now = time.time()
-            conn.executemany(INSERT, [("noop", json.dumps({"i": i}), now) for i in part])
-            conn.execute("COMMIT")
+    with CpuMeter() as cpu:
+        if args.mode == "single":
+            for i in range(args.n):
+                conn.execute(INSERT, ("noop", json.dumps({"i": i}), time.time()))
+        else:
+            for part in chunks(args.n, args.batch):
+                conn.execute("BEGIN IMMEDIATE")
+                now = time.time()
+                conn.executemany(INSERT, [("noop", json.dumps({"i": i}), now) for i in part])
+                conn.execute("COMMIT")
     seconds = time.perf_counter() - started
     conn.close()
-    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds)
+    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds, **cpu.report())
 
 
 def drain(args) -> None:

@@ -78,22 +78,25 @@ def payload(i: int) -> bytes:
 
 
 def enqueue(args) -> None:
+    cpu = CpuMeter()
+
     async def main() -> float:
         await install(args.url)
         async with connect(args.url) as driver:
             queries = Queries(driver)
             await queries.enqueue(NOOP, payload(-1))  # warm up
             started = time.perf_counter()
-            if args.mode == "single":
-                for i in range(args.n):
-                    await queries.enqueue(NOOP, payload(i))
-            else:
-                for part in chunks(args.n, args.batch):
-                    await queries.enqueue([NOOP] * len(part), [payload(i) for i in part], [0] * len(part))
+            with cpu:
+                if args.mode == "single":
+                    for i in range(args.n):
+                        await queries.enqueue(NOOP, payload(i))
+                else:
+                    for part in chunks(args.n, args.batch):
+                        await queries.enqueue([NOOP] * len(part), [payload(i) for i in part], [0] * len(part))
             return time.perf_counter() - started
 
     seconds = asyncio.run(main())
-    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds)
+    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds, **cpu.report())
 
 
 def _run_kwargs(concurrency: int, variant: str) -> tuple[dict, int]:

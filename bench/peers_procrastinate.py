@@ -49,14 +49,15 @@ def enqueue(args) -> None:
         app.schema_manager.apply_schema()
         noop.defer(i=-1)  # warm up
         started = time.perf_counter()
-        if args.mode == "single":
-            for i in range(args.n):
-                noop.defer(i=i)
-        else:
-            for part in chunks(args.n, args.batch):
-                noop.batch_defer(*({"i": i} for i in part))
+        with CpuMeter() as cpu:
+            if args.mode == "single":
+                for i in range(args.n):
+                    noop.defer(i=i)
+            else:
+                for part in chunks(args.n, args.batch):
+                    noop.batch_defer(*({"i": i} for i in part))
         seconds = time.perf_counter() - started
-    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds)
+    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds, **cpu.report())
 
 
 def drain(args) -> None:

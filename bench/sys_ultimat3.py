@@ -60,15 +60,16 @@ def enqueue(args) -> None:
     handle = noop
     handle.enqueue({"i": -1}, driver=driver)  # warm the pool, the statement cache, pydantic
     started = time.perf_counter()
-    if args.mode == "single":
-        for i in range(args.n):
-            handle.enqueue({"i": i}, driver=driver)
-    else:
-        for part in chunks(args.n, args.batch):
-            handle.enqueue_many([{"i": i} for i in part], driver=driver)
+    with CpuMeter() as cpu:
+        if args.mode == "single":
+            for i in range(args.n):
+                handle.enqueue({"i": i}, driver=driver)
+        else:
+            for part in chunks(args.n, args.batch):
+                handle.enqueue_many([{"i": i} for i in part], driver=driver)
     seconds = time.perf_counter() - started
     driver.close()
-    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds)
+    emit(jobs=args.n, seconds=seconds, rate=args.n / seconds, **cpu.report())
 
 
 class _Timed:
