@@ -79,3 +79,36 @@ def test_a_batch_checks_each_distinct_text_once_and_still_refuses_a_bad_one_afte
             stage_many(batch)
         assert caught.value.code == "X_JOB_FIELD" and field in caught.value.message
     assert [job.request for job in stage_many(good)] == good
+
+
+@pytest.mark.parametrize("field, good, bad, code", [
+    ("priority", 1, True, "X_JOB_PRIORITY"),  # True == 1, but a bool is no priority
+    ("max_attempts", 1, True, "X_JOB_FIELD"),
+    ("flow_max", 2, 2.0, "X_FLOW_FIELDS"),  # 2.0 == 2, but a float is no bound
+])
+def test_a_batch_does_not_take_an_equal_value_of_another_type_for_one_it_checked(
+        field: str, good: object, bad: object, code: str) -> None:
+    # A request equal to one already checked in the batch is not checked again: equal must
+    # include the type of every field, or a bool slips in behind the int it equals.
+    flow = {"flow_key": "f"} if field == "flow_max" else {}
+    first = EnqueueRequest(name="n", payload={}, **flow, **{field: good})  # type: ignore[arg-type]
+    second = EnqueueRequest(name="n", payload={}, **flow, **{field: bad})  # type: ignore[arg-type]
+    assert first == second
+    with pytest.raises(ConfigError) as caught:
+        stage_many([first, second])
+    assert caught.value.code == code and field in caught.value.message
+
+
+def test_a_batch_refuses_an_unhashable_field_by_name() -> None:
+    bad = EnqueueRequest(name="n", payload={}, queue=["q"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        stage_many([EnqueueRequest(name="n", payload={}), bad])
+    assert caught.value.code == "X_JOB_FIELD" and "queue" in caught.value.message
+
+
+def test_a_batch_still_checks_every_payload_behind_one_shared_envelope() -> None:
+    requests = [EnqueueRequest(name="n", payload={"i": i}) for i in range(3)]
+    requests.append(EnqueueRequest(name="n", payload={"i": float("nan")}))
+    with pytest.raises(ConfigError) as caught:
+        stage_many(requests)
+    assert caught.value.code == "X_JOB_PAYLOAD"

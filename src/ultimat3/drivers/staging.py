@@ -103,6 +103,6 @@ def stage(request: EnqueueRequest) -> StagedJob:
 def stage_many(requests: Sequence[EnqueueRequest]) -> list[StagedJob]:
     """:func:`stage` for a batch, every request validated before any is written, ids minted in bulk."""
     ids = new_ids(2 * len(requests))
-    storable: set[str] = set()  # the batch's shared text is checked once
+    storable: set[Any] = set()  # what the batch's requests share is checked once
     return [StagedJob(request, ids[2 * i], ids[2 * i + 1], check_request(request, storable))
             for i, request in enumerate(requests)]

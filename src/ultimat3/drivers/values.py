@@ -9,13 +9,14 @@ half-written: a request is refused whole, before any statement runs.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.core.errors import ConfigError
+from ultimat3.core.jsontext import strict_encoder
 from ultimat3.drivers.limits import check_depth, current_limits, limit_error
 from ultimat3.drivers.protocol import MAX_REASON_LENGTH, EnqueueRequest
 
@@ -54,10 +55,13 @@ def _check_json_strings(value: Any, where: str) -> None:
             _check_json_strings(item, f"{where}[{index}]")
 
 
+_dumps = strict_encoder()
+
+
 def strict_dumps(value: Any) -> str:
     """Compact JSON text every driver stores alike; ``TypeError``/``ValueError`` when it cannot be."""
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _dumps(value)
         # The text is ASCII (ensure_ascii): a NUL or a surrogate anywhere in a key or a string shows
         # as a \u0000 or \udXXX escape, so only a text holding one (a backslash-u sequence written
         # literally, a non-BMP character) is walked to find the string and name it.
@@ -108,13 +112,48 @@ def result_text(value: Any, *, what: str) -> str:
 _TEXT_FIELDS = ("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by")
 
 
-def check_request(request: EnqueueRequest, storable: set[str] | None = None) -> str:
+#: Every field of a request but its payload and ``on_conflict``: what :func:`_check_envelope` reads.
+_ENVELOPE = attrgetter("name", "queue", "idempotency_key", "tenant_id", "traceparent", "enqueued_by", "priority",
+                       "max_attempts", "run_at", "flow_key", "flow_max", "rate_key", "rate_per_second", "rate_burst")
+
+
+def check_request(request: EnqueueRequest, storable: set[Any] | None = None) -> str:
     """Refuse a request any driver would fail to store, with a coded error naming the field.
 
     Returns the payload as JSON text: drivers store that instead of serialising it again.
-    ``storable``: strings already found storable in this batch (its requests mostly share their
-    name, queue, traceparent and actor), which are not looked at again; filled as they are found.
+    ``storable``: what this batch already found storable, filled as it is found: the strings (its
+    requests mostly share their name, queue, traceparent and actor) and whole envelopes (every
+    field but the payload, with each value's type: ``True == 1``, but a bool is no priority).
+    Either is not looked at again; the payload always is.
     """
+    if storable is None:
+        _check_envelope(request, None)
+    else:
+        values = _ENVELOPE(request)
+        envelope = (values, tuple(map(type, values)))
+        try:
+            seen = envelope in storable
+        except TypeError:  # an unhashable value, which the checks refuse by name
+            _check_envelope(request, storable)
+        else:
+            if not seen:
+                _check_envelope(request, storable)
+                storable.add(envelope)
+    if not isinstance(request.payload, dict):
+        raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
+                          "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
+    limits = current_limits()
+    check_depth(request.payload, what=f'payload of job "{request.name}"')
+    text = payload_text(request)
+    size = len(text)  # ASCII (strict_dumps escapes the rest): one byte a character
+    if size > limits.max_payload_bytes:
+        raise limit_error(f'payload of job "{request.name}"', "max_payload_bytes", limits.max_payload_bytes,
+                          f"is {size:,} bytes of JSON")
+    return text
+
+
+def _check_envelope(request: EnqueueRequest, storable: set[Any] | None) -> None:
+    """:func:`check_request` for every field but the payload."""
     for field in _TEXT_FIELDS:
         value = getattr(request, field)
         if value is None and field not in ("name", "queue"):
@@ -146,9 +185,6 @@ def check_request(request: EnqueueRequest, storable: set[str] | None = None) -> 
             raise ConfigError(f'job "{request.name}" would run at {request.run_at!r} (epoch seconds), past any '
                               "date a row can hold",
                               "pass a delay or run_at within years 1970..9999", code="X_JOB_SCHEDULE")
-    if not isinstance(request.payload, dict):
-        raise ConfigError(f'job "{request.name}" payload is {type(request.payload).__name__}, not a dict',
-                          "pass the payload as a JSON object", code="X_JOB_PAYLOAD")
     _check_flow(request)
     limits = current_limits()
     for field in ("tenant_id", "idempotency_key"):
@@ -156,13 +192,6 @@ def check_request(request: EnqueueRequest, storable: set[str] | None = None) -> 
         if value is not None and len(value) > limits.max_key_length:
             raise limit_error(f'job "{request.name}" {field}', "max_key_length", limits.max_key_length,
                               f"is {len(value)} characters")
-    check_depth(request.payload, what=f'payload of job "{request.name}"')
-    text = payload_text(request)
-    size = len(text)  # ASCII (strict_dumps escapes the rest): one byte a character
-    if size > limits.max_payload_bytes:
-        raise limit_error(f'payload of job "{request.name}"', "max_payload_bytes", limits.max_payload_bytes,
-                          f"is {size:,} bytes of JSON")
-    return text
 
 
 def _check_flow(request: EnqueueRequest) -> None:

@@ -9,6 +9,7 @@ share one reading of dedupe, races with finishing jobs, and retries after a lost
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -38,6 +39,12 @@ _SHARED = ("name", "queue", "state", "priority", "max_attempts", "run_at", "idem
            "traceparent", "enqueued_by", "flow_key", "flow_max", "rate_key", "rate_per_second", "rate_burst")
 
 
+#: The columns of :data:`_SHARED` read from the request as they are (``state`` and ``run_at``
+#: depend on the staging time: see :class:`~ultimat3.drivers.staging.StagedJob`).
+_AS_GIVEN = tuple(column for column in _SHARED if column not in ("state", "run_at"))
+_READ_AS_GIVEN = attrgetter(*_AS_GIVEN)
+
+
 def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict[str, Any]:
     """``enqueue_many``'s parameters for ``staged[i]`` for ``i`` in ``indexes``: no value is dumped
     per item by the client but a column the items do not share (see the statement)."""
@@ -50,26 +57,24 @@ def _params(staged: Sequence[_Staged], indexes: list[int], channel: str) -> dict
         "now": to_datetime(first.now),
         "channel": channel,
     }
+    rows = [(*_READ_AS_GIVEN(item.request), item.run_at) for item in items]
+    if rows.count(rows[0]) == len(rows):  # the usual batch, one call's inputs: every column shared
+        columns: list[tuple[Any, ...]] = [(value,) for value in rows[0]]
+    else:
+        columns = list(zip(*rows, strict=True))
+    values_of = dict(zip((*_AS_GIVEN, "run_at"), columns, strict=True))
+    run_ats = values_of["run_at"]
+    values_of["state"] = tuple("delayed" if run_at > first.now else "ready" for run_at in run_ats)
+    as_datetime = {run_at: to_datetime(run_at) for run_at in set(run_ats)}
+    values_of["run_at"] = tuple(as_datetime[run_at] for run_at in run_ats)
     for column in _SHARED:
-        values = [_column(item, column) for item in items]
+        values = values_of[column]
         shared = values[0]
-        if all(value == shared for value in values):
+        if values.count(shared) == len(values):
             params[column], params[f"{column}_each"] = shared, None
         else:
-            params[column], params[f"{column}_each"] = None, values
-    if params["run_at"] is not None:
-        params["run_at"] = to_datetime(params["run_at"])
-    else:
-        params["run_at_each"] = [to_datetime(value) for value in params["run_at_each"]]
+            params[column], params[f"{column}_each"] = None, list(values)
     return params
-
-
-def _column(item: _Staged, column: str) -> Any:
-    if column == "run_at":
-        return item.run_at
-    if column == "state":
-        return item.staged.state(item.now)
-    return getattr(item.request, column)
 
 
 def batch_steps(staged: Sequence[_Staged], channel: str, *, retrying: bool) -> Steps:
