@@ -64,7 +64,8 @@ def test_a_batch_slower_than_the_interval_waits_for_nothing(clock: ManualClock, 
     assert sleep.asked == []
 
 
-def test_a_remainder_under_the_resolution_is_no_wait(clock: ManualClock, sleep: RecordingSleep) -> None:
+def test_a_remainder_under_the_resolution_is_no_wait_but_is_not_forgiven(
+        clock: ManualClock, sleep: RecordingSleep) -> None:
     pacer = Pacer(5, "b", clock=clock, sleep=sleep)
     signal = AbortSignal("b")
     pacer.wait(signal)
@@ -72,8 +73,21 @@ def test_a_remainder_under_the_resolution_is_no_wait(clock: ManualClock, sleep: 
     pacer.wait(signal)
     assert sleep.asked == []
     clock.advance(0.2 - 2 * RESOLUTION)
-    pacer.wait(signal)
-    assert sleep.asked == [pytest.approx(2 * RESOLUTION)]
+    pacer.wait(signal)  # the half resolution skipped above is waited here
+    assert sleep.asked == [pytest.approx(2.5 * RESOLUTION)]
+
+
+def test_batches_just_under_the_interval_never_run_above_the_rate(clock: ManualClock, sleep: RecordingSleep) -> None:
+    # Rate 500 (2 ms) with batches of 1.1 ms: every remainder (0.9 ms) is under the resolution.
+    # Skipping each one and restarting from the skip ran 1,000 batches in 1.1 s, at ~900 a second.
+    pacer = Pacer(500, "b", clock=clock, sleep=sleep)
+    signal = AbortSignal("b")
+    start = clock.monotonic()
+    for _ in range(1_001):
+        pacer.wait(signal)
+        clock.advance(0.0011)
+    elapsed = clock.monotonic() - start - 0.0011  # the last batch's work is after its slot
+    assert 1_000 * 0.002 - 1e-9 <= elapsed <= 1_000 * 0.002 + 0.002
 
 
 def test_fractional_rates_are_rates(clock: ManualClock, sleep: RecordingSleep) -> None:
