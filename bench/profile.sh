@@ -45,6 +45,10 @@ profile sqlite_enqueue_batch_wall --thread MainThread -- \
   bench/sys_ultimat3.py enqueue --url "sqlite:///$SQLITE_DIR/e.db" --n 40000 --mode batch
 "$PY" bench/index_cost.py > bench/profiles/pg_index_cost.txt
 echo "bench/profiles/pg_index_cost.txt"
+# The same on SQLite, where the insert runs in this process: each index's share, and what the
+# driver's own job_insert adds by binding 21 named parameters per row (or by position).
+"$PY" bench/index_cost_sqlite.py --tries 9 > bench/profiles/sqlite_index_cost.txt
+echo "bench/profiles/sqlite_index_cost.txt"
 
 # Per-call breakdown of a drain: seconds inside claim/ack vs the worker around them.
 for c in 1 10; do

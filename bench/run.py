@@ -553,7 +553,8 @@ def main() -> int:
     p.add_argument("--merge", action="store_true",
                    help="cases of the sections not in --only keep their results from bench/out/results.json "
                         "(re-run one section without losing the others)")
-    p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    p.add_argument("--no-write", action="store_true",
+                   help="do not touch RESULTS.md or bench/out/results.json (what --merge reads)")
     p.add_argument("--keep-dbs", action="store_true", help="leave the bench_* databases behind")
     args = p.parse_args()
     args.command_line = "python bench/run.py " + " ".join(sys.argv[1:])
@@ -600,14 +601,15 @@ def main() -> int:
     print()
     print_report(cases)
     env = environment()
+    if args.no_write:  # a look, not a record: the last written run stays what --merge builds on
+        return 0
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "results.json"), "w") as fh:
         json.dump({"environment": env, "command": args.command_line, "seconds": seconds,
                    "cases": [{"group": c.group, "label": c.label, "role": c.system, "argv": c.argv,
                               "results": c.results, "error": c.error, "note": c.note} for c in cases]}, fh, indent=1)
-    if not args.no_write:
-        write_results(markdown(cases, env, args, seconds))
-        print(f"\nwrote bench/RESULTS.md and bench/out/results.json ({seconds:.0f} s)")
+    write_results(markdown(cases, env, args, seconds))
+    print(f"\nwrote bench/RESULTS.md and bench/out/results.json ({seconds:.0f} s)")
     return 0
 
 
