@@ -1,7 +1,7 @@
 """Strict, compact JSON text from one encoder built once, not one per call.
 
 ``json.dumps`` with any option other than its defaults builds a fresh ``JSONEncoder`` (and its C
-scanner) on every call: ~2.5 us of a 4 us dump of a small payload, paid twice per enqueued job
+encoder) on every call: ~2.5 us of a 4 us dump of a small payload, paid twice per enqueued job
 (the NaN check and the stored text) and once per job result. :func:`strict_encoder` builds the
 C encoder once. It is the standard library's own (``json.encoder.c_make_encoder``), so the text
 is byte for byte what ``json.dumps(value, allow_nan=False, separators=(",", ":"))`` writes; an
