@@ -90,15 +90,15 @@ def main() -> None:
                 "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'x_jobs' AND sql IS NOT NULL"
                 " ORDER BY name")]
             label = "every index"
-            previous: tuple[float, ...] | None = None
+            previous: float | None = None  # the generated insert's cost on the line above
             for name in [None, *names]:
                 if name is not None:
                     conn.execute(f'DROP INDEX "{name}"')
                     label = f"without {name} (and those above)"
                 now = (best(False), best(True), best(True, by_position=True))
-                share = "" if previous is None else f"{previous[0] - now[0]:+.1f}"
+                share = "" if previous is None else f"{previous - now[0]:+.1f}"
                 rows.append([label, f"{now[0]:.1f}", share, f"{now[1]:.1f}", f"{now[2]:.1f}"])
-                previous = now
+                previous = now[0]
         finally:
             conn.close()
     print(markdown_table(["x_jobs with", "generated: µs per row", "that index's share",

@@ -600,9 +600,9 @@ def main() -> int:
     seconds = time.perf_counter() - started
     print()
     print_report(cases)
-    env = environment()
     if args.no_write:  # a look, not a record: the last written run stays what --merge builds on
         return 0
+    env = environment()
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "results.json"), "w") as fh:
         json.dump({"environment": env, "command": args.command_line, "seconds": seconds,
