@@ -154,4 +154,5 @@ def test_two_processes_migrate_through_the_pooler_at_once(urls: tuple[str, str])
     with psycopg.connect(pooled) as conn:
         ids = [row[0] for row in conn.execute("SELECT id FROM x_migrations ORDER BY seq").fetchall()]
     assert ids == ["x:0001_init", "x:0002_workers", "x:0003_operations", "x:0004_schedules",
-                   "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control", "x:0008_attempts"]
+                   "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control", "x:0008_attempts",
+                   "x:0009_lean_indexes"]

@@ -466,7 +466,7 @@ def test_the_pool_recovers_when_its_connections_are_killed(
     assert lease is not None and lease.slot == 0
 
 
-def test_prune_deletes_in_chunks_and_keeps_steps_of_live_runs(
+def test_prune_deletes_in_chunks_with_their_runs_steps_and_keeps_the_live_jobs(
     make_driver: Callable[..., PostgresDriver], migrated: str
 ) -> None:
     clock = ManualClock()
@@ -476,27 +476,27 @@ def test_prune_deletes_in_chunks_and_keeps_steps_of_live_runs(
         conn.execute(
             """
             INSERT INTO x_jobs (id, run_id, name, queue, state, run_at, created_at, updated_at, finished_at)
-            SELECT 'p' || i, CASE WHEN i = 1 THEN 'shared' ELSE 'r' || i END, 'task', 'default', 'done',
-                   %(t)s, %(t)s, %(t)s, %(t)s
+            SELECT 'p' || i, 'r' || i, 'task', 'default', 'done', %(t)s, %(t)s, %(t)s, %(t)s
             FROM generate_series(1, 2500) AS i
             """,
             {"t": then},
         )
         conn.execute(
             "INSERT INTO x_jobs (id, run_id, name, queue, state, run_at, created_at, updated_at)"
-            " VALUES ('live', 'shared', 'task', 'default', 'ready', %(t)s, %(t)s, %(t)s)",
+            " VALUES ('live', 'live-run', 'task', 'default', 'ready', %(t)s, %(t)s, %(t)s)",
             {"t": then},
         )
         conn.execute(
             "INSERT INTO x_job_steps (run_id, name, result, created_at)"
-            " VALUES ('shared', 's', 'true', %(t)s), ('r2', 's', 'true', %(t)s)",
+            " VALUES ('live-run', 's', 'true', %(t)s), ('r2', 's', 'true', %(t)s), ('r2500', 's', 'true', %(t)s)",
             {"t": then},
         )
     clock.advance(60)
-    assert driver.prune(30) == 2500
+    assert driver.prune(30) == 2500  # more than one chunk
     assert driver.introspect.get("live") is not None
-    assert set(driver.steps.load("shared")) == {"s"}
+    assert set(driver.steps.load("live-run")) == {"s"}
     assert driver.steps.load("r2") == {}
+    assert driver.steps.load("r2500") == {}
 
 
 def test_enqueue_dedupes_against_a_live_row_and_errors_on_request(make_driver: Callable[..., PostgresDriver]) -> None:

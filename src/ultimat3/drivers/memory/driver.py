@@ -459,10 +459,8 @@ class MemoryDriver:
             for job in doomed:
                 del self._store.jobs[job.id]
                 self._store.attempts.pop(job.id, None)
-            # Steps belong to a run; keep them while any remaining job still points at that run.
-            remaining_runs = {job.run_id for job in self._store.jobs.values()}
-            for run_id in {job.run_id for job in doomed} - remaining_runs:
-                self._store.steps.pop(run_id, None)
+                # A run id is minted with its job and no other job carries it: its steps go too.
+                self._store.steps.pop(job.run_id, None)
             return len(doomed)
 
     # -- wake-ups ---------------------------------------------------------------------------

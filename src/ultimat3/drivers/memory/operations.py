@@ -85,10 +85,8 @@ def memory_bulk(store: _Store, request: BulkRequest, wake: Callable[[Sequence[st
                 del store.jobs[job.id]
                 store.attempts.pop(job.id, None)
                 close_ledger(store, job.run_id, "deleted by operator", now)
+                store.steps.pop(job.run_id, None)  # its run's steps: no other job carries the run id
                 touched.append(job)
-            remaining_runs = {job.run_id for job in store.jobs.values()}
-            for run_id in {job.run_id for job in touched} - remaining_runs:
-                store.steps.pop(run_id, None)
         touched.sort(key=lambda job: job.id)
         if request.audit_id is not None and request.audit_id in store.audit:
             store.audit[request.audit_id]["touched"] += len(touched)

@@ -34,7 +34,7 @@ _log = logging.getLogger("ultimat3.drivers.memory")
 INIT_MIGRATION = "x:0001_init"
 LIBRARY_MIGRATIONS = (INIT_MIGRATION, "x:0002_workers", "x:0003_operations", "x:0004_schedules",
                       "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control",
-                      "x:0008_attempts")
+                      "x:0008_attempts", "x:0009_lean_indexes")
 _RUNNABLE_WAITING: frozenset[JobState] = frozenset({"ready", "delayed", "suspended"})
 _FINISHED_BACKFILL: frozenset[BackfillStatus] = frozenset({"completed", "failed", "cancelled"})
 _EVERY_JOB = JobFilter()

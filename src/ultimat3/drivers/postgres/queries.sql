@@ -689,7 +689,7 @@ UNION ALL
 SELECT 'last', max(id), NULL FROM candidates
 
 -- name: bulk_delete
--- Deletes the rows, their runs' steps unless another job shares the run, and closes a running
+-- Deletes the rows and their runs' steps (a run id belongs to one job), and closes a running
 -- ledger row of a deleted run (a waiting pass deleted would otherwise read `running` forever).
 WITH candidates AS (
     SELECT id FROM x_jobs
@@ -706,12 +706,8 @@ WITH candidates AS (
 ), attempts AS (
     DELETE FROM x_attempts WHERE job_id IN (SELECT id FROM deleted)
 ), steps AS (
-    DELETE FROM x_job_steps AS s
-    WHERE s.run_id IN (SELECT run_id FROM deleted)
-      AND NOT EXISTS (
-          SELECT 1 FROM x_jobs AS other
-          WHERE other.run_id = s.run_id AND other.id NOT IN (SELECT id FROM deleted)
-      )
+    -- a run id is minted with its job and no other job carries it: the run's steps go with it
+    DELETE FROM x_job_steps AS s WHERE s.run_id IN (SELECT run_id FROM deleted)
 ), ledger AS (
     UPDATE x_backfills AS b SET status = 'cancelled', finished_at = %(now)s, error = 'deleted by operator'
     FROM deleted WHERE b.run_id = deleted.run_id AND b.status IN ('running', 'paused')
@@ -723,9 +719,8 @@ UNION ALL
 SELECT 'last', max(id), NULL FROM candidates
 
 -- name: prune_chunk
--- One bounded chunk, oldest first. The steps of a deleted job's run go too unless another job
--- still points at the run (the NOT EXISTS must skip this chunk's rows itself: every part of one
--- statement reads the same snapshot, which still shows them).
+-- One bounded chunk, oldest first, with the steps of the deleted jobs' runs (a run id belongs to
+-- one job).
 WITH doomed AS (
     SELECT id, run_id FROM x_jobs
     WHERE state IN ('done', 'dead', 'cancelled') AND finished_at <= %(cutoff)s
@@ -738,12 +733,7 @@ WITH doomed AS (
 ), attempts AS (
     DELETE FROM x_attempts WHERE job_id IN (SELECT id FROM doomed)
 ), steps AS (
-    DELETE FROM x_job_steps AS s
-    WHERE s.run_id IN (SELECT run_id FROM deleted)
-      AND NOT EXISTS (
-          SELECT 1 FROM x_jobs AS other
-          WHERE other.run_id = s.run_id AND other.id NOT IN (SELECT id FROM doomed)
-      )
+    DELETE FROM x_job_steps AS s WHERE s.run_id IN (SELECT run_id FROM deleted)
 )
 SELECT count(*) FROM deleted
 

@@ -41,7 +41,7 @@ ON CONFLICT DO NOTHING;
 -- name: job_live_by_key
 SELECT id, run_id FROM x_jobs
 WHERE name = :name AND idempotency_key = :idempotency_key
-  AND state IN ('ready', 'delayed', 'running', 'suspended');
+  AND (state = 'ready' OR state = 'delayed' OR state = 'running' OR state = 'suspended');
 
 -- name: job_get
 SELECT * FROM x_jobs WHERE id = :id;
@@ -62,7 +62,7 @@ SET state = 'running',
 WHERE id IN (
     SELECT id FROM (
         SELECT id, priority, run_at FROM x_jobs
-        WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
+        WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended') AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
           AND queue NOT IN (SELECT queue FROM x_queues WHERE paused = 1)
           AND flow_key IS NULL AND rate_key IS NULL
@@ -84,7 +84,7 @@ RETURNING *;
 -- Due rows under flow control in claim order, except under a key whose slots are all running or
 -- whose bucket has no whole token now: those are claimable by nothing and stand in no one's way.
 SELECT id, flow_key, flow_max, rate_key, rate_per_second, rate_burst FROM x_jobs
-WHERE state IN ('ready', 'delayed', 'suspended') AND run_at <= :now
+WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended') AND run_at <= :now
   AND (flow_key IS NOT NULL OR rate_key IS NOT NULL)
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
@@ -132,7 +132,7 @@ SET state = 'running',
     claim_token = :worker_id || ':' || (attempt + 1) || ':' || lower(hex(randomblob(6))),
     started_at = :now,
     updated_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'suspended')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND (state = 'ready' OR state = 'delayed' OR state = 'suspended')
 RETURNING *;
 
 -- name: flow_forget_full
@@ -150,7 +150,7 @@ SELECT key, tokens, at, per_second, burst FROM x_rates WHERE key = :key;
 -- name: _fair_due
 -- The rows a fair claim may take: waiting, due, under no flow control, in the claim's queues and
 -- names, in no paused queue (x_jobs_fair_idx's predicate, so its walks use it).
-state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL
+(state = 'ready' OR state = 'delayed' OR state = 'suspended') AND flow_key IS NULL AND rate_key IS NULL
   AND run_at <= :now
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
@@ -218,7 +218,7 @@ SET state = 'running',
 WHERE id IN (
     SELECT id FROM (
         SELECT id, priority, run_at FROM x_jobs
-        WHERE state IN ('ready', 'delayed', 'suspended')
+        WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended')
           AND queue IN (SELECT value FROM json_each(:queues))
           AND run_at <= :now
           AND (:names IS NULL OR name IN (SELECT value FROM json_each(:names)))
@@ -242,6 +242,19 @@ UPDATE x_jobs
 SET state = 'done', result = :result, finished_at = :now, updated_at = :now,
     claim_token = NULL, visible_at = NULL, last_error = NULL
 WHERE id = :id AND state = 'running' AND claim_token = :claim_token;
+
+-- name: ack_many
+-- A batch of acks in one statement (:acks: a JSON array of [id, claim_token, result text]), each
+-- fenced on its own token; RETURNING names the rows settled. One statement, not one per ack: a
+-- statement that fires x_jobs_attempt_ended's program pays its set-up once, not per job (~15 us).
+UPDATE x_jobs
+SET state = 'done', result = acked.result, finished_at = :now, updated_at = :now,
+    claim_token = NULL, visible_at = NULL, last_error = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS claim_token,
+             json_extract(value, '$[2]') AS result
+      FROM json_each(:acks)) AS acked
+WHERE x_jobs.id = acked.id AND x_jobs.state = 'running' AND x_jobs.claim_token = acked.claim_token
+RETURNING x_jobs.id;
 
 -- name: nack_dead
 UPDATE x_jobs
@@ -284,7 +297,7 @@ WHERE id = :id AND state = 'running' AND claim_token = :claim_token;
 UPDATE x_jobs
 SET state = 'cancelled', last_error = coalesce(:reason, last_error), finished_at = :now, updated_at = :now,
     claim_token = NULL, visible_at = NULL
-WHERE id = :id AND state IN ('ready', 'delayed', 'running', 'suspended')
+WHERE id = :id AND (state = 'ready' OR state = 'delayed' OR state = 'running' OR state = 'suspended')
 RETURNING *;
 
 -- name: cancel_ledger
@@ -305,16 +318,14 @@ RETURNING *;
 
 -- name: prune_delete_jobs
 DELETE FROM x_jobs
-WHERE state IN ('done', 'dead', 'cancelled') AND finished_at <= :cutoff
+WHERE (state = 'done' OR state = 'dead' OR state = 'cancelled') AND finished_at <= :cutoff
 RETURNING run_id;
 
 -- name: prune_delete_steps
--- Steps of the pruned runs that no remaining job still uses (:run_ids is a JSON array).
+-- The steps of the deleted jobs' runs (:run_ids is a JSON array): a run id is minted with its job
+-- and no other job carries it, so its steps go with the job.
 DELETE FROM x_job_steps
-WHERE run_id IN (
-    SELECT value FROM json_each(:run_ids) AS pruned
-    WHERE NOT EXISTS (SELECT 1 FROM x_jobs WHERE x_jobs.run_id = pruned.value)
-);
+WHERE run_id IN (SELECT value FROM json_each(:run_ids));
 
 -- name: _job_where
 -- The operator's job filter (ultimat3.drivers.filters binds it); a NULL parameter means "any".
@@ -374,7 +385,7 @@ RETURNING id, queue;
 UPDATE x_jobs
 SET state = 'cancelled', last_error = coalesce(:reason, last_error), finished_at = :now, updated_at = :now,
     claim_token = NULL, visible_at = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ready', 'delayed', 'running', 'suspended')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND (state = 'ready' OR state = 'delayed' OR state = 'running' OR state = 'suspended')
 RETURNING id, queue, run_id, last_error;
 
 -- name: bulk_delete
@@ -410,8 +421,8 @@ WITH counts AS (
            sum(state = 'ready') AS ready, sum(state = 'delayed') AS delayed, sum(state = 'running') AS running,
            sum(state = 'suspended') AS suspended, sum(state = 'done') AS done, sum(state = 'dead') AS dead,
            sum(state = 'cancelled') AS cancelled,
-           sum(state IN ('ready', 'delayed', 'suspended') AND run_at <= :now) AS due,
-           min(CASE WHEN state IN ('ready', 'delayed', 'suspended') AND run_at <= :now THEN run_at END) AS oldest_due,
+           sum((state = 'ready' OR state = 'delayed' OR state = 'suspended') AND run_at <= :now) AS due,
+           min(CASE WHEN (state = 'ready' OR state = 'delayed' OR state = 'suspended') AND run_at <= :now THEN run_at END) AS oldest_due,
            sum(state = 'done' AND finished_at >= :since) AS done_recent,
            sum(state = 'ready' AND attempt > 0 AND last_error IS NOT NULL AND updated_at >= :since) AS failed_recent,
            sum(state = 'dead' AND finished_at >= :since) AS dead_recent
@@ -451,7 +462,7 @@ SELECT queue, state, count(*) AS n FROM x_jobs GROUP BY queue, state ORDER BY qu
 -- name: jobs_waiting_names
 -- Which names wait in which queues (a worker warns about the ones it cannot run).
 SELECT queue, name, count(*) AS n FROM x_jobs
-WHERE state IN ('ready', 'delayed', 'suspended')
+WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended')
 GROUP BY queue, name ORDER BY queue, name;
 
 -- name: step_load

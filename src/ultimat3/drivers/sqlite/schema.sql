@@ -11,31 +11,28 @@ CREATE INDEX x_backfill_failures_run_idx ON x_backfill_failures (run_id);
 CREATE INDEX x_backfills_name_idx ON x_backfills (name, started_at DESC);
 
 -- index x_jobs_claim_any_idx
-CREATE INDEX x_jobs_claim_any_idx ON x_jobs (priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended');
+CREATE INDEX x_jobs_claim_any_idx ON x_jobs (priority DESC, run_at, id) WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended');
 
 -- index x_jobs_claim_idx
-CREATE INDEX x_jobs_claim_idx ON x_jobs (queue, priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended');
+CREATE INDEX x_jobs_claim_idx ON x_jobs (queue, priority DESC, run_at, id) WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended');
 
 -- index x_jobs_created_idx
 CREATE INDEX x_jobs_created_idx ON x_jobs (created_at DESC, id DESC);
 
 -- index x_jobs_fair_idx
-CREATE INDEX x_jobs_fair_idx ON x_jobs ((coalesce(tenant_id, '')), priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended') AND flow_key IS NULL AND rate_key IS NULL;
+CREATE INDEX x_jobs_fair_idx ON x_jobs ((coalesce(tenant_id, '')), priority DESC, run_at, id) WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended') AND flow_key IS NULL AND rate_key IS NULL;
 
 -- index x_jobs_finished_idx
-CREATE INDEX x_jobs_finished_idx ON x_jobs (finished_at) WHERE state IN ('done', 'dead', 'cancelled');
+CREATE INDEX x_jobs_finished_idx ON x_jobs (finished_at) WHERE (state = 'done' OR state = 'dead' OR state = 'cancelled');
 
 -- index x_jobs_flow_claim_idx
-CREATE INDEX x_jobs_flow_claim_idx ON x_jobs (priority DESC, run_at, id) WHERE state IN ('ready', 'delayed', 'suspended') AND (flow_key IS NOT NULL OR rate_key IS NOT NULL);
+CREATE INDEX x_jobs_flow_claim_idx ON x_jobs (priority DESC, run_at, id) WHERE (state = 'ready' OR state = 'delayed' OR state = 'suspended') AND (flow_key IS NOT NULL OR rate_key IS NOT NULL);
 
 -- index x_jobs_flow_running_idx
 CREATE INDEX x_jobs_flow_running_idx ON x_jobs (flow_key) WHERE state = 'running' AND flow_key IS NOT NULL;
 
 -- index x_jobs_name_idempotency_live_idx
-CREATE UNIQUE INDEX x_jobs_name_idempotency_live_idx ON x_jobs (name, idempotency_key) WHERE idempotency_key IS NOT NULL AND state IN ('ready', 'delayed', 'running', 'suspended');
-
--- index x_jobs_run_idx
-CREATE INDEX x_jobs_run_idx ON x_jobs (run_id);
+CREATE UNIQUE INDEX x_jobs_name_idempotency_live_idx ON x_jobs (name, idempotency_key) WHERE idempotency_key IS NOT NULL AND (state = 'ready' OR state = 'delayed' OR state = 'running' OR state = 'suspended');
 
 -- index x_jobs_running_visible_idx
 CREATE INDEX x_jobs_running_visible_idx ON x_jobs (visible_at) WHERE state = 'running';

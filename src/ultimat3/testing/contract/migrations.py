@@ -9,7 +9,8 @@ from .helpers import at
 
 #: The library's own migrations, in order (every driver records the same ids).
 LIBRARY_MIGRATIONS = ("x:0001_init", "x:0002_workers", "x:0003_operations", "x:0004_schedules",
-                      "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control", "x:0008_attempts")
+                      "x:0005_claim_any_index", "x:0006_backfill_control", "x:0007_flow_control", "x:0008_attempts",
+                      "x:0009_lean_indexes")
 
 
 def test_migrate_applies_the_library_schema_once(driver: JobDriver, first_migrate: list[str]) -> None:
