@@ -52,6 +52,7 @@ from ultimat3.drivers.sqlite.files import DEFAULT_SQLITE_FILE_MODE, is_memory_pa
 from ultimat3.drivers.sqlite.operations import SqliteAuditLog, SqliteQueueControl, sqlite_bulk
 from ultimat3.drivers.sqlite.rows import (
     QUERIES,
+    dict_rows,
     is_busy,
     job_record_of,
     result_text,
@@ -78,6 +79,8 @@ __all__ = ["DEFAULT_SQLITE_FILE_MODE", "QUERIES", "SqliteDriver", "sqlite_file_m
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+#: A claimed x_jobs row, read as a dict (rows.dict_rows): the claim reads every field of each.
+JobRow = dict[str, Any]
 _BUSY_BACKOFF_START = 0.005
 _BUSY_BACKOFF_MAX = 0.5
 #: Bytes the WAL file is truncated back to after a checkpoint resets it (``journal_size_limit``).
@@ -546,7 +549,7 @@ class SqliteDriver:
         claims = _claims_any(request)
         batch = ClaimBatch()
 
-        def run(conn: sqlite3.Connection, now: float) -> tuple[list[bool], list[sqlite3.Row]]:
+        def run(conn: sqlite3.Connection, now: float) -> tuple[list[bool], list[JobRow]]:
             settled = self._ack_in(conn, now, acks, encoded)
             return settled, self._claim_in(conn, now, request, batch) if claims else []
 
@@ -554,14 +557,14 @@ class SqliteDriver:
         return settled, self._claimed(rows, batch)
 
     @staticmethod
-    def _claimed(rows: list[sqlite3.Row], batch: ClaimBatch) -> ClaimBatch:
+    def _claimed(rows: list[JobRow], batch: ClaimBatch) -> ClaimBatch:
         # RETURNING yields rows in no promised order.
         rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
         batch.extend(ClaimedJob(job_record_of(row), row["claim_token"]) for row in rows)
         return batch
 
     def _claim_in(self, conn: sqlite3.Connection, now: float, request: ClaimRequest,
-                  batch: ClaimBatch) -> list[sqlite3.Row]:
+                  batch: ClaimBatch) -> list[JobRow]:
         """The claim's statements under the write lock the caller holds; ``batch`` gets its
         ``wake_at`` and ``more``."""
         query = "claim" if request.queues is None else "claim_queues"
@@ -573,32 +576,32 @@ class SqliteDriver:
             "now": now,
             "visible_at": now + request.visibility_timeout,
         }
-        governed: list[sqlite3.Row] = []
+        governed: list[JobRow] = []
         if request.flow:
             governed, batch.wake_at, batch.more = self._claim_flow(conn, params, request.limit, now)
         left = request.limit - len(governed)
         if request.fair:
             return governed + self._claim_fair(conn, params, request, left)
-        return governed + (conn.execute(QUERIES[query], {**params, "limit": left}).fetchall() if left else [])
+        return governed + (dict_rows(conn.execute(QUERIES[query], {**params, "limit": left})) if left else [])
 
     def _claim_fair(self, conn: sqlite3.Connection, params: dict[str, Any], request: ClaimRequest,
-                    limit: int) -> list[sqlite3.Row]:
+                    limit: int) -> list[JobRow]:
         """Lapsed claims first, then round-robin by tenant from this driver's cursor (see
         :mod:`ultimat3.drivers.fair`), under the write lock the claim holds."""
         if limit <= 0:
             return []
-        rows: list[sqlite3.Row] = conn.execute(QUERIES["claim_lapsed"], {**params, "limit": limit}).fetchall()
+        rows = dict_rows(conn.execute(QUERIES["claim_lapsed"], {**params, "limit": limit}))
         key = None if request.queues is None else tuple(request.queues)
 
         def tenants_from(start: str, n: int) -> list[str]:
             return [r["tenant"] for r in conn.execute(QUERIES["fair_tenants"], {**params, "start": start, "limit": n})]
 
-        def jobs_of(tenant: str, n: int) -> list[sqlite3.Row]:
-            return conn.execute(QUERIES["fair_jobs"], {**params, "tenant": tenant, "n": n}).fetchall()
+        def jobs_of(tenant: str, n: int) -> list[JobRow]:
+            return dict_rows(conn.execute(QUERIES["fair_jobs"], {**params, "tenant": tenant, "n": n}))
 
-        def claim(picked: list[sqlite3.Row]) -> list[sqlite3.Row]:
+        def claim(picked: list[JobRow]) -> list[JobRow]:
             ids = json.dumps([r["id"] for r in picked])
-            return conn.execute(QUERIES["claim_ids"], {**params, "ids": ids}).fetchall()
+            return dict_rows(conn.execute(QUERIES["claim_ids"], {**params, "ids": ids}))
 
         with self._fair_lock:
             start = self._fair_start.get(key, "")
@@ -610,7 +613,7 @@ class SqliteDriver:
         return rows + claimed
 
     def _claim_flow(self, conn: sqlite3.Connection, params: dict[str, Any], limit: int,
-                    now: float) -> tuple[list[sqlite3.Row], float | None, bool]:
+                    now: float) -> tuple[list[JobRow], float | None, bool]:
         """The flow-controlled half of a claim (see :mod:`ultimat3.drivers.flow`), under the write
         lock the claim already holds: nothing can take a slot between the count and the claim."""
         found = conn.execute(QUERIES["flow_candidates"], {**params, "scan": scan_size(limit)}).fetchall()
@@ -635,7 +638,7 @@ class SqliteDriver:
             for b in decided.buckets])
         if not decided.ids:
             return [], wake_at, decided.refused
-        claimed = conn.execute(QUERIES["claim_ids"], {**params, "ids": json.dumps(decided.ids)}).fetchall()
+        claimed = dict_rows(conn.execute(QUERIES["claim_ids"], {**params, "ids": json.dumps(decided.ids)}))
         return claimed, wake_at, decided.refused
 
     @fenced_key(lambda: False)
@@ -652,14 +655,17 @@ class SqliteDriver:
 
     @staticmethod
     def _ack_in(conn: sqlite3.Connection, now: float, acks: Sequence[Ack], encoded: list[str | None]) -> list[bool]:
-        settled = []
-        for item, result in zip(acks, encoded, strict=True):
-            if not (is_storable_text(item.job_id) and is_storable_text(item.claim_token)):
-                settled.append(False)
-                continue
-            params = {"id": item.job_id, "claim_token": item.claim_token, "result": result, "now": now}
-            settled.append(conn.execute(QUERIES["ack"], params).rowcount == 1)
-        return settled
+        storable = [is_storable_text(item.job_id) and is_storable_text(item.claim_token) for item in acks]
+        ids = [item.job_id for item, ok in zip(acks, storable, strict=True) if ok]
+        if len(set(ids)) < len(ids):
+            # The same job twice: only the first ack can settle it, which one statement cannot tell.
+            return [ok and conn.execute(QUERIES["ack"], {"id": item.job_id, "claim_token": item.claim_token,
+                                                         "result": result, "now": now}).rowcount == 1
+                    for item, result, ok in zip(acks, encoded, storable, strict=True)]
+        batch = json.dumps([[item.job_id, item.claim_token, result]
+                            for item, result, ok in zip(acks, encoded, storable, strict=True) if ok])
+        done = {row[0] for row in conn.execute(QUERIES["ack_many"], {"acks": batch, "now": now})} if ids else set()
+        return [ok and item.job_id in done for item, ok in zip(acks, storable, strict=True)]
 
     @fenced_key(lambda: False)
     def nack(self, job_id: str, claim_token: str, request: NackRequest) -> bool:

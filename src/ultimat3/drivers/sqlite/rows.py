@@ -18,7 +18,7 @@ from ultimat3.drivers.protocol import (
     JobState,
     Lease,
 )
-from ultimat3.drivers.records import Decoders, job_record
+from ultimat3.drivers.records import Decoders, Row, job_record
 from ultimat3.drivers.records import backfill_run as _backfill_run
 from ultimat3.drivers.records import lease as _lease
 from ultimat3.drivers.sql import load_queries
@@ -31,6 +31,7 @@ __all__ = [
     "FINISHED_BACKFILL",
     "QUERIES",
     "backfill_run_of",
+    "dict_rows",
     "dt_or_none",
     "dumps_json",
     "is_busy",
@@ -82,8 +83,20 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 DECODE = Decoders(time=to_datetime, json=json.loads)
 
 
-def job_record_of(row: sqlite3.Row) -> JobRecord:
+def job_record_of(row: Row) -> JobRecord:
+    """An ``x_jobs`` row (a ``sqlite3.Row`` or a :func:`dict_rows` dict)."""
     return job_record(row, DECODE)
+
+
+def dict_rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """The rest of ``cursor``'s rows as dicts by column name, for the rows read field by field.
+
+    A ``sqlite3.Row`` finds a column by comparing its name with each column's in turn: a claimed
+    job's 28 fields cost ~7.7 us that way, against ~2.6 us to zip the row into a dict and read that.
+    """
+    cursor.row_factory = None  # read at fetch time: plain tuples from here on
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def backfill_run_of(row: sqlite3.Row) -> BackfillRun:
