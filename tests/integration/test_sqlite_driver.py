@@ -245,6 +245,16 @@ def test_statements_walk_their_partial_index(driver: SqliteDriver, query: str, i
     assert any(f"USING INDEX {index}" in step or f"USING COVERING INDEX {index}" in step for step in plan), plan
 
 
+def test_a_batch_of_acks_finds_each_job_by_its_primary_key(driver: SqliteDriver) -> None:
+    # One statement per batch (ack_many): it must walk the batch and look each job up, never scan x_jobs.
+    from ultimat3.drivers.sqlite.driver import QUERIES
+
+    plan = [row[3] for row in driver._connection().execute("EXPLAIN QUERY PLAN " + QUERIES["ack_many"],
+                                                             {"acks": "[]", "now": 0.0})]
+    assert "SCAN x_jobs" not in plan, plan
+    assert any(step.startswith("SEARCH x_jobs USING INDEX sqlite_autoindex_x_jobs_1 (id=?)") for step in plan), plan
+
+
 def test_claim_reads_the_claim_indexes_instead_of_sorting(driver: SqliteDriver) -> None:
     conn = driver._connection()
     from ultimat3.drivers.sqlite.driver import QUERIES
