@@ -110,3 +110,33 @@ def test_the_rescued_jobs_error_names_the_dead_worker(memory: MemoryDriver) -> N
     record = memory.introspect.get(rescued.job_id)
     assert record is not None and record.last_error is not None
     assert record.last_error.startswith(WORKER_LOST) and "(gone)" in record.last_error
+
+
+def test_run_returns_only_after_its_last_driver_call_ended(memory: MemoryDriver) -> None:
+    # The owner closes the driver as soon as run() returns (x worker does): a liveness probe that was
+    # still running in its thread then used a closed SQLite connection and crashed the process.
+    import threading
+    import time
+
+    entered, ended = threading.Event(), threading.Event()
+    beat = memory.workers.beat
+
+    def slow_beat(*args: Any, **kwargs: Any) -> bool:
+        entered.set()
+        time.sleep(0.2)
+        try:
+            return beat(*args, **kwargs)
+        finally:
+            ended.set()
+
+    memory.workers.beat = slow_beat  # type: ignore[method-assign]
+    worker = Worker(memory, environment="test", worker_id="w-slow", liveness_interval=0.01, poll_interval=0.01)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await _until(entered.is_set)
+        worker.stop()
+        await task
+        assert ended.is_set(), "run() returned while a probe was still running in its thread"
+
+    asyncio.run(scenario())

@@ -746,6 +746,10 @@ class Worker:
             # After the shutdown released what it held: nothing is left for a rescuer to take.
             await self._unregister()
             unsubscribe()
+            # A cancelled task's driver call goes on in its thread: run() returns when the last one
+            # ended, so the owner may close the driver at once (closing a SQLite connection another
+            # thread is using crashes the process).
+            await asyncio.to_thread(self._io_pool.shutdown, wait=True, cancel_futures=True)
             self._close_pools()
 
     async def drain(self, *, max_jobs: int | None = None) -> int:
@@ -813,7 +817,9 @@ class Worker:
         self._io_pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        """Release the worker's threads (after :meth:`drain`; :meth:`run` does it itself)."""
+        """Release the worker's threads (after :meth:`drain`; :meth:`run` does it itself), once
+        the driver calls still in flight (a heartbeat) have ended."""
+        self._io_pool.shutdown(wait=True, cancel_futures=True)
         self._close_pools()
 
     def run_forever(self) -> None:
