@@ -116,27 +116,29 @@ def test_run_returns_only_after_its_last_driver_call_ended(memory: MemoryDriver)
     # The owner closes the driver as soon as run() returns (x worker does): a liveness probe that was
     # still running in its thread then used a closed SQLite connection and crashed the process.
     import threading
-    import time
 
-    entered, ended = threading.Event(), threading.Event()
+    entered, release, ended = threading.Event(), threading.Event(), threading.Event()
     beat = memory.workers.beat
 
-    def slow_beat(*args: Any, **kwargs: Any) -> bool:
+    def held_beat(*args: Any, **kwargs: Any) -> bool:
         entered.set()
-        time.sleep(0.2)
+        release.wait(5)
         try:
             return beat(*args, **kwargs)
         finally:
             ended.set()
 
-    memory.workers.beat = slow_beat  # type: ignore[method-assign]
+    memory.workers.beat = held_beat  # type: ignore[method-assign]
     worker = Worker(memory, environment="test", worker_id="w-slow", liveness_interval=0.01, poll_interval=0.01)
 
     async def scenario() -> None:
         task = asyncio.ensure_future(worker.run())
         await _until(entered.is_set)
         worker.stop()
+        done, _ = await asyncio.wait({task}, timeout=0.2)  # the old code returned within milliseconds
+        assert not done, "run() returned while a probe was still running in its thread"
+        release.set()
         await task
-        assert ended.is_set(), "run() returned while a probe was still running in its thread"
+        assert ended.is_set()
 
     asyncio.run(scenario())

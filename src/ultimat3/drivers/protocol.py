@@ -993,8 +993,9 @@ class JobDriver(Protocol):
         ``retry`` does to each job what :meth:`retry` does (same run, attempt 0, ready now), but a
         job whose (name, idempotency key) a live job holds is left as it is, not raised on; of two
         candidates under one key only one is revived. ``cancel`` does what :meth:`cancel` does,
-        backfill ledger row included. ``delete`` removes the job, its run's steps when no other
-        job shares the run, and closes a ``running`` ledger row of its run as ``cancelled``.
+        backfill ledger row included. ``delete`` removes the job and its run's steps (a run id is
+        minted with its job and no other job carries it), and closes a ``running`` ledger row of
+        its run as ``cancelled``.
         Workers of the queues a retry made runnable are woken.
         """
         ...
