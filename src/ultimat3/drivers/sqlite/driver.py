@@ -117,7 +117,12 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float
     # Keyless jobs cannot collide: one executemany instead of a round trip each.
     keyless = [(index, job) for index, job in enumerate(jobs) if job.request.idempotency_key is None]
     if keyless:
-        cursor.executemany(QUERIES["job_insert"], [job.columns(now) for _, job in keyless])
+        shared = _shared_row_values(keyless, now)
+        if shared is None:
+            cursor.executemany(QUERIES["job_insert"], [job.columns(now) for _, job in keyless])
+        else:
+            rows = json.dumps([_json_row(job) for _, job in keyless])
+            cursor.execute(QUERIES["job_insert_many"], {**shared, "rows": rows})
         for index, job in keyless:
             results[index] = EnqueueResult(job.id, job.run_id, False)
     for index, job in enumerate(jobs):
@@ -135,6 +140,26 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float
             raise JobDuplicateError(job.request.name, key, live[0])
         results[index] = EnqueueResult(live[0], live[1], True)
     return [result for result in results if result is not None]
+
+
+def _shared_row_values(keyless: list[tuple[int, StagedJob]], now: float) -> dict[str, Any] | None:
+    """What ``job_insert_many`` binds once for the batch (first run time, state, rate), or ``None``
+    when the batch is a single job or its jobs differ in one of those (then ``job_insert`` runs per
+    row): its REAL columns stay bound parameters, never decimal text parsed back."""
+    if len(keyless) < 2:
+        return None
+    first = keyless[0][1]
+    run_at, rate = first.run_at(now), first.request.rate_per_second
+    if any(job.run_at(now) != run_at or job.request.rate_per_second != rate for _, job in keyless):
+        return None
+    return {"state": first.state(now), "run_at": run_at, "now": now, "rate_per_second": rate}
+
+
+def _json_row(job: StagedJob) -> list[Any]:
+    """One row of ``job_insert_many``'s JSON array, in its column order."""
+    r = job.request
+    return [job.id, job.run_id, r.name, r.queue, job.payload, r.priority, r.max_attempts, r.tenant_id,
+            r.traceparent, r.enqueued_by, r.flow_key, r.flow_max, r.rate_key, r.rate_burst]
 
 
 def _claims_any(request: ClaimRequest) -> bool:

@@ -211,6 +211,45 @@ def test_enqueue_many_stores_each_items_own_values(driver: JobDriver, clock: Man
         assert job.created_at == at(clock.now())
 
 
+# Keyless jobs differing in every column but their first run time and rate: SQLite writes such a
+# batch as one statement over a JSON array, so texts and integers make a round trip through JSON.
+_KEYLESS = [
+    {"queue": "q1", "priority": 2**31 - 1, "max_attempts": 2, "tenant_id": "org_\U0001f600",
+     "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "enqueued_by": 'user "1" \\',
+     "flow_key": "f1", "flow_max": 1, "rate_key": "r1", "rate_per_second": 0.1, "rate_burst": 2},
+    {"queue": "q2", "priority": -(2**31), "max_attempts": 9, "tenant_id": None, "traceparent": None,
+     "enqueued_by": None, "rate_key": "r2", "rate_per_second": 0.1, "rate_burst": 7},
+    {"queue": "\u00e9\u2028", "priority": 0, "max_attempts": 1, "tenant_id": "org_2", "enqueued_by": "u\tv",
+     "flow_key": "f,2", "flow_max": 3, "rate_key": "r3", "rate_per_second": 0.1, "rate_burst": 1},
+]
+
+
+@pytest.mark.parametrize("times", ["shared", "differing"])
+def test_enqueue_many_of_keyless_jobs_stores_each_items_own_values(driver: JobDriver, clock: ManualClock,
+                                                                   times: str) -> None:
+    # Shared first run times (one enqueue_many call's) and rate, or differing ones (the rate too).
+    delays = [30.0] * 3 if times == "shared" else [None, 60.0, -5.0]
+    fields = _KEYLESS if times == "shared" else [{**f, "rate_per_second": 0.1 * (i + 1)}
+                                                 for i, f in enumerate(_KEYLESS)]
+    payloads = [{"i": i, "text": f"\U0001f600 quote \" [{i}] \\u0000", "big": 2**53 + i} for i in range(3)]
+    requests = [request(name, payload, run_at=None if delay is None else clock.now() + delay, **extra)
+                for name, payload, delay, extra in zip("abc", payloads, delays, fields, strict=True)]
+    results = driver.enqueue_many(requests)
+    assert [r.deduped for r in results] == [False] * 3
+    for result, sent, delay in zip(results, requests, delays, strict=True):
+        job = get(driver, result.id)
+        assert (job.id, job.run_id, job.attempt) == (result.id, result.run_id, 0)
+        assert (job.name, job.payload, job.queue, job.priority, job.max_attempts) == (
+            sent.name, sent.payload, sent.queue, sent.priority, sent.max_attempts)
+        assert (job.idempotency_key, job.tenant_id, job.traceparent, job.enqueued_by) == (
+            None, sent.tenant_id, sent.traceparent, sent.enqueued_by)
+        assert (job.flow_key, job.flow_max, job.rate_key, job.rate_per_second, job.rate_burst) == (
+            sent.flow_key, sent.flow_max, sent.rate_key, sent.rate_per_second, sent.rate_burst)
+        assert job.state == ("delayed" if delay is not None and delay > 0 else "ready")
+        assert job.run_at == at(clock.now() if delay is None else clock.now() + delay)
+        assert job.created_at == job.updated_at == at(clock.now())
+
+
 def test_enqueue_many_dedupes_inside_the_batch_and_against_live_jobs(driver: JobDriver) -> None:
     live = enqueue(driver, "sync", idempotency_key="live")
     results = driver.enqueue_many(
