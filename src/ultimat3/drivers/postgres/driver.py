@@ -743,11 +743,17 @@ class PostgresDriver:
             return None, usable
         # One object, "id token" -> the result's JSON text (already serialised: spliced, not dumped
         # again). Duplicate keys (the same ack twice) keep the last, as the same row is settled once.
-        entries = ",".join(f"{json.dumps(a.job_id + ' ' + a.claim_token)}:{r}"
-                           for a, r, ok in zip(acks, results, usable, strict=True) if ok)
+        # The ids go as one JSON array too: psycopg dumps a list parameter element by element in
+        # Python (~2.5 us per ack at a batch of 100), json.dumps does it in C.
+        kept = [(a, r) for a, r, ok in zip(acks, results, usable, strict=True) if ok]
+        keys = [f"{a.job_id} {a.claim_token}" for a, _ in kept]
+        if all(r == "null" for _, r in kept):  # the worker's common case: handlers returning None
+            entries = json.dumps(dict.fromkeys(keys))
+        else:
+            entries = "{" + ",".join(f"{json.dumps(k)}:{r}" for k, (_, r) in zip(keys, kept, strict=True)) + "}"
         return {
-            "ids": [a.job_id for a, ok in zip(acks, usable, strict=True) if ok],
-            "acks": Jsonb("{" + entries + "}", dumps=_as_is),
+            "ids": json.dumps([a.job_id for a, _ in kept]),
+            "acks": Jsonb(entries, dumps=_as_is),
             "now": to_datetime(self.clock.now()),
             "channel": self.channel,
         }, usable

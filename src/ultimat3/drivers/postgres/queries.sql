@@ -554,12 +554,13 @@ SELECT id, {{_slot_notice}} AS woke FROM done
 -- search in the object's sorted keys). No join: joined to an unnest() of the acks, the planner
 -- (which expects few running rows) re-read the whole list for every row, 100 x 100 at a batch of
 -- 100. `j.id = ANY(ids)` restricts x_jobs itself, so even with statistics from when the table was
--- small the rows are fetched by primary key, never by a scan of the table.
+-- small the rows are fetched by primary key, never by a scan of the table. The ids come as a JSON
+-- array (one text parameter: the client dumps a text[] element by element in Python).
 WITH done AS (
     UPDATE x_jobs AS j
     SET state = 'done', result = %(acks)s::jsonb -> (j.id || ' ' || j.claim_token), finished_at = %(now)s,
         updated_at = %(now)s, claim_token = NULL, visible_at = NULL, last_error = NULL
-    WHERE j.id = ANY(%(ids)s::text[]) AND j.state || '' = 'running'
+    WHERE j.id = ANY(ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND j.state || '' = 'running'
       AND %(acks)s::jsonb ? (j.id || ' ' || j.claim_token)
     RETURNING j.id, j.queue, j.flow_key
 )
