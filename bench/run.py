@@ -142,7 +142,8 @@ def plan(args: argparse.Namespace) -> list[Case]:
                 if system == "ours":
                     timing = ["--variant", "timing"] if args.timing else []
                     cases.append(Case(group, LABELS[system], "ours", [*base, *timing],
-                                      database="bench_ours", note="Worker.run() until the count, async handler"))
+                                      database="bench_ours",
+                                      note="Worker.run() until the count, async handler, freeze_gc as x worker"))
                     if args.extras:
                         cases.append(Case(group, "ultimat3 (sync handler)", "info", [*base, "--variant", "sync"],
                                           database="bench_ours", note="plain def handler, thread pool"))

@@ -5,6 +5,7 @@
     python bench/sys_ultimat3.py latency --url postgresql://... --n 500
 
 ``--variant``: ``sync`` runs a plain ``def`` handler (thread pool) instead of ``async def``;
+``nofreeze`` runs the worker without ``freeze_gc`` (which ``x worker`` and the other variants set);
 ``drain`` uses ``Worker.drain()`` instead of ``run()``/``stop()``; ``timing`` wraps the driver's
 methods and reports how many calls each got and the seconds spent inside them (a breakdown of
 where a job's time goes: in the database, or in the worker around it).
@@ -126,8 +127,9 @@ def drain(args) -> None:
                 done["at"] = time.perf_counter()
                 worker.stop()
 
+    # freeze_gc as `x worker` runs it (it owns its process); "nofreeze" in --variant turns it off.
     worker = Worker(driver, names=[handle.name], concurrency=args.concurrency, poll_interval=1.0,
-                    on_event=on_event)
+                    on_event=on_event, freeze_gc="nofreeze" not in args.variant)
     started = time.perf_counter()
     with CpuMeter() as cpu:
         if "drain" in args.variant:
@@ -164,7 +166,8 @@ def _offer(url: str, n: int, gap: float, ready: mp.Event) -> None:
 def latency(args) -> None:
     driver = create_driver(args.url)
     TARGET["n"] = args.n
-    worker = Worker(driver, names=[probe.name], concurrency=max(1, args.concurrency), poll_interval=1.0)
+    worker = Worker(driver, names=[probe.name], concurrency=max(1, args.concurrency), poll_interval=1.0,
+                    freeze_gc=True)
     WORKER["w"] = worker
     ctx = mp.get_context("spawn")
     ready = ctx.Event()

@@ -113,6 +113,16 @@ def test_worker_prefetch_reaches_the_worker(x: X, monkeypatch: pytest.MonkeyPatc
         assert f"prefetch {value.lower() if value.isalpha() else value}" in result.stderr
 
 
+def test_x_worker_freezes_the_gc_unless_told_not_to(x: X, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ultimat3.jobs.worker import Worker
+
+    seen: list[bool] = []
+    monkeypatch.setattr(Worker, "run_forever", lambda self: seen.append(self.freeze_gc))
+    assert x("worker").exit_code == 0
+    assert x("worker", "--no-gc-freeze").exit_code == 0
+    assert seen == [True, False]
+
+
 def test_a_url_never_shows_its_password(tmp_path: Path) -> None:
     result = run_x("--database-url", "postgresql+asyncpg://app:S3cret@127.0.0.1:1/db", "jobs", "ls", cwd=tmp_path)
     assert result.returncode == 2

@@ -142,3 +142,24 @@ def test_run_returns_only_after_its_last_driver_call_ended(memory: MemoryDriver)
         assert ended.is_set()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_run_freezes_the_gc_only_when_asked(memory: MemoryDriver, monkeypatch: pytest.MonkeyPatch,
+                                            freeze: bool) -> None:
+    import gc
+
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    worker = Worker(memory, environment="test", worker_id="w-gc", liveness_interval=None, poll_interval=0.01,
+                    freeze_gc=freeze)
+    assert Worker(memory, environment="test").freeze_gc is False  # the default: a library leaves the GC alone
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(0)
+        worker.stop()
+        await task
+
+    asyncio.run(scenario())
+    assert calls == (["freeze"] if freeze else [])
