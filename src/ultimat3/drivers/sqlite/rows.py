@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -79,8 +80,12 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
     return "database is locked" in text or "database is busy" in text or "database table is locked" in text
 
 
+#: Epoch seconds to datetimes, remembered: the jobs of one claim share their claim's times (and
+#: mostly their enqueue call's), and each of a record's five times cost ~0.4 us to build.
+_datetime_at = functools.lru_cache(maxsize=4096)(to_datetime)
+
 #: SQLite stores times as epoch seconds and JSON as text.
-DECODE = Decoders(time=to_datetime, json=json.loads)
+DECODE = Decoders(time=_datetime_at, json=json.loads)
 
 
 def job_record_of(row: Row) -> JobRecord:
