@@ -61,3 +61,8 @@ for c in 1 10; do
     | tail -1 > "bench/profiles/sqlite_drain_c${c}_timing.json"
   echo "bench/profiles/sqlite_drain_c${c}_timing.json"
 done
+
+# A job's client-CPU budget: the primitives every attempt needs, the driver's calls, the worker's own.
+"$PY" -c "import sys; sys.path.insert(0, 'bench'); import benchlib; benchlib.recreate_database('bench_prof')"
+"$PY" bench/budget.py --url "$BASE/bench_prof" > bench/profiles/budget.txt
+echo "bench/profiles/budget.txt"
