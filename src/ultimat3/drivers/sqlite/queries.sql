@@ -43,7 +43,7 @@ ON CONFLICT DO NOTHING;
 -- over a JSON array of rows (a row: id, run_id, name, queue, payload, priority, max_attempts,
 -- tenant_id, traceparent, enqueued_by, flow_key, flow_max, rate_key, rate_burst), what they share
 -- bound once. Binding 19 named parameters per row cost more than the row's insert (issue 13); the
--- array is parsed in C. Only texts, integers and NULLs go through JSON (both round-trip exactly);
+-- array is parsed in C. Only texts, integers and NULLs go through JSON (each round-trips exactly);
 -- the REAL columns are the bound ones. `WHERE true` lets SQLite parse the upsert clause after a SELECT.
 INSERT INTO x_jobs (
     id, run_id, name, queue, payload, state, priority, attempt, max_attempts, run_at,
