@@ -339,7 +339,7 @@ class Worker:
     def _took(self, claimed: list[ClaimedJob]) -> None:
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
         self._token_at = getattr(claimed, "wake_at", None)
-        if claimed:
+        if claimed and self.on_event is not None:
             self._emit(WorkerEvent("claimed", self.worker_id, count=len(claimed)))
 
     def _start(self, claimed: ClaimedJob) -> None:
@@ -376,8 +376,9 @@ class Worker:
         duration = time.monotonic() - active.started
         kind: WorkerEventKind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
         self._log_attempt(claimed, kind, duration, outcome.error)
-        self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error,
-                               queue=job.queue))
+        if self.on_event is not None:  # the event (a frozen dataclass: ~1.2 us) only for a listener
+            self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error,
+                                   queue=job.queue))
         self.processed += 1
         self._active.pop(job.id, None)
         self._notify()
