@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import markdown_table
+from benchlib import chunks, markdown_table
 from pydantic import BaseModel
 
 from ultimat3.drivers.protocol import Ack, ClaimRequest
@@ -165,8 +165,9 @@ def primitives(n: int, tries: int) -> list[list[str]]:
 
 
 def fill(driver: Any, n: int) -> None:
-    for start in range(0, n, 1000):
-        noop.enqueue_many([{"i": i} for i in range(start, min(n, start + 1000))], driver=driver)
+    """``n`` no-op jobs, enqueued 1,000 per call."""
+    for part in chunks(n, 1000):
+        noop.enqueue_many([{"i": i} for i in part], driver=driver)
 
 
 def driver_alone(url: str, n: int) -> float:

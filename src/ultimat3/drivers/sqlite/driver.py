@@ -114,7 +114,8 @@ def _insert_jobs(conn: sqlite3.Connection, jobs: Sequence[StagedJob], now: float
     cursor = conn.cursor()
     cursor.row_factory = None
     results: list[EnqueueResult | None] = [None] * len(jobs)
-    # Keyless jobs cannot collide: one executemany instead of a round trip each.
+    # Keyless jobs cannot collide: one statement for all of them (per row only when they differ in
+    # a REAL column) instead of a round trip each.
     keyless = [(index, job) for index, job in enumerate(jobs) if job.request.idempotency_key is None]
     if keyless:
         shared = _shared_row_values(keyless, now)
