@@ -208,6 +208,42 @@ def whole_worker(url: str, n: int) -> float:
     return spent * 1e6 / n
 
 
+def postgres_rows(url: str, n: int, tries: int) -> list[list[str]]:
+    """The third table: µs per claimed row to fetch and build, 100 rows per statement, the claim's
+    columns read (no update): through the claim's row factory, and through psycopg's ``dict_row``
+    and a record built by column name (how claims were read before: see CHANGELOG, #13)."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from ultimat3.drivers.postgres.rows import _Q, _job, claimed_rows
+    from ultimat3.drivers.protocol import ClaimedJob
+
+    reset_postgres(url)
+    driver = create_driver(url)
+    fill(driver, 100)
+    driver.close()
+    columns = _Q["claim_queue"].split("RETURNING", 1)[1].replace("(SELECT priority FROM head)", "1").replace(
+        "(SELECT run_at FROM head)", "now()").replace("(SELECT id FROM head)", "'x'")
+    select = f"SELECT {columns} FROM x_jobs AS j LIMIT 100"
+    whole = "SELECT j.*, 1 AS head_priority, now() AS head_run_at, 'x' AS head_id FROM x_jobs AS j LIMIT 100"
+    statements = max(1, n // 100)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+
+        def by_position() -> None:
+            for _ in range(statements):
+                conn.cursor(row_factory=claimed_rows).execute(select).fetchall()
+
+        def by_name() -> None:
+            for _ in range(statements):
+                rows = conn.cursor(row_factory=dict_row).execute(whole).fetchall()
+                [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
+
+        rows = statements * 100
+        return [["by position (the claim's row factory)", f"{best_of(tries, rows, by_position):.1f}"],
+                ["by name (dict_row, then a record by column name)", f"{best_of(tries, rows, by_name):.1f}"]]
+
+
 def reset_postgres(url: str) -> None:
     import psycopg
 
@@ -251,6 +287,10 @@ def main() -> None:
         print(markdown_table(["drain of no-op jobs", "driver's calls alone: µs per job",
                               "whole worker, c=100: µs per job", "the worker's own: µs per job"],
                              drains(urls, args.jobs)))
+        if args.url:
+            print()
+            print(markdown_table(["a claimed row from PostgreSQL, fetched and built", "µs per row"],
+                                 postgres_rows(args.url, args.jobs, args.tries)))
     print()
     print("CPU of this process only (PostgreSQL's server CPU is not in these numbers).")
 

@@ -7,7 +7,8 @@ placeholder, and no server needs them); text before the first header is the file
 Query and parameter names are aligned across dialects, so a driver method reads the same in each.
 
 A block whose name starts with ``_`` is a fragment, not a statement: ``{{_name}}`` in any other
-block is replaced by its text once, at load time (static SQL only: values stay bound parameters).
+block is replaced by its text once, at load time (static SQL only: values stay bound parameters);
+a fragment may use other fragments, never itself.
 Several statements that must agree on one predicate (the operator's job filter) share it so.
 """
 
@@ -61,10 +62,19 @@ def parse_queries(text: str) -> dict[str, str]:
     flush()
     fragments = {name: body for name, body in queries.items() if name.startswith("_")}
 
+    expanding: list[str] = []
+
     def expand(match: re.Match[str]) -> str:
-        if match.group(1) not in fragments:
-            raise ValueError(f"fragment {match.group(1)!r} is used in queries.sql but not defined")
-        return fragments[match.group(1)]
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"fragment {name!r} is used in queries.sql but not defined")
+        if name in expanding:
+            raise ValueError(f"fragment {name!r} in queries.sql uses itself ({' -> '.join([*expanding, name])})")
+        expanding.append(name)
+        try:
+            return _FRAGMENT.sub(expand, fragments[name])  # a fragment may use fragments
+        finally:
+            expanding.pop()
 
     return {name: _FRAGMENT.sub(expand, body) for name, body in queries.items() if not name.startswith("_")}
 

@@ -60,9 +60,11 @@ from ultimat3.drivers.postgres.rows import (
     _RACE_RETRIES,
     DEFAULT_CHANNEL,
     PRUNE_CHUNK,
+    ClaimedRow,
     Conn,
     Row,
     _as_is,
+    _claimed,
     _job,
     _rows,
     _session_utc,
@@ -137,9 +139,10 @@ def _warn_skew(offset: float) -> None:
     )
 
 
-def _claim_order(row: Row) -> tuple[int, Any, str]:
+def _claim_order(row: ClaimedRow) -> tuple[int, Any, str]:
     """Claim order: priority (highest first), then run_at, then id."""
-    return -row["priority"], row["run_at"], row["id"]
+    job = row[0].job
+    return -job.priority, job.run_at, job.id
 
 
 class _Staged:
@@ -300,11 +303,11 @@ class _ClaimPlan:
         _cached_plan(cur)
         return cur.execute(_Q[self.plan.query], {**self.waiting, "limit": self.request.limit})
 
-    def run(self, conn: Conn) -> tuple[list[Row], list[Row]]:
+    def run(self, conn: Conn) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
         """Every statement of the claim, inside the caller's transaction: (early rows, fresh rows)."""
         request, base, plan = self.request, self.base, self.plan
-        cur = _rows(conn)
-        early: list[Row] = []
+        cur = _claimed(conn)
+        early: list[ClaimedRow] = []
         if request.flow:
             early, self.wake_at, self.more = claim_flow(conn, base, self.queues, request.limit, self.now)
         if plan.look_for_lapsed and len(early) < request.limit:
@@ -326,18 +329,20 @@ class _ClaimPlan:
         """The windows this claim would have covered are looked at again."""
         self.driver._cursors.failed(self.plan)
 
-    def finish(self, early: list[Row], fresh: list[Row]) -> ClaimBatch:
+    def finish(self, early: list[ClaimedRow], fresh: list[ClaimedRow]) -> ClaimBatch:
         """Move the cursors past what was claimed; the batch in claim order."""
         cursors, plan = self.driver._cursors, self.plan
         if fresh:
             first = min(fresh, key=_claim_order)
-            head = first["head_priority"], first["head_run_at"], first["head_id"]
-            cursors.claimed(plan, None if head[0] is None else head,
-                            (first["priority"], first["run_at"], first["id"]), [row["id"] for row in fresh], self.now)
+            job, (_, head_priority, head_run_at, head_id) = first[0].job, first
+            head = None if head_priority is None or head_run_at is None or head_id is None else (
+                head_priority, head_run_at, head_id)
+            cursors.claimed(plan, head,
+                            (job.priority, job.run_at, job.id), [row[0].job.id for row in fresh], self.now)
         if early:
-            cursors.taken(plan, [row["id"] for row in early])
-        rows = sorted([*early, *fresh], key=_claim_order)
-        batch = ClaimBatch(ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows)
+            cursors.taken(plan, [row[0].job.id for row in early])
+        rows = sorted([*early, *fresh], key=_claim_order) if early else sorted(fresh, key=_claim_order)
+        batch = ClaimBatch(row[0] for row in rows)
         batch.wake_at, batch.more = self.wake_at, self.more
         return batch
 
@@ -630,14 +635,14 @@ class PostgresDriver:
         if claim is None:
             return ClaimBatch()
 
-        def op(conn: Conn, _: bool) -> tuple[list[Row], list[Row]]:
+        def op(conn: Conn, _: bool) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
             if claim.single:
                 if conn.prepare_threshold is None:  # nothing prepared: one statement, autocommit
-                    return [], claim.run_single(_rows(conn)).fetchall()
+                    return [], claim.run_single(_claimed(conn)).fetchall()
                 # The plan choice (see _cached_plan) and the claim in one round trip and one
                 # transaction: see _implicit_transaction.
                 with _implicit_transaction(conn):
-                    fresh = claim.run_single(_rows(conn))
+                    fresh = claim.run_single(_claimed(conn))
                 return [], fresh.fetchall()
             with conn.transaction():
                 return claim.run(conn)
@@ -658,11 +663,11 @@ class PostgresDriver:
         rounds = _AckRounds(self, acks)
         claim = self._claim_plan(request)
 
-        def op(conn: Conn, _: bool) -> tuple[list[bool], list[Row], list[Row]]:
+        def op(conn: Conn, _: bool) -> tuple[list[bool], list[ClaimedRow], list[ClaimedRow]]:
             if claim is None or claim.single:
                 with _implicit_transaction(conn):
                     acked = rounds.run(conn)
-                    fresh = claim.run_single(_rows(conn)) if claim is not None else None
+                    fresh = claim.run_single(_claimed(conn)) if claim is not None else None
                 return rounds.settled(acked), [], ([] if fresh is None else fresh.fetchall())
             with conn.transaction():
                 settled = rounds.settled(rounds.run(conn))
@@ -688,7 +693,7 @@ class PostgresDriver:
         return _ClaimPlan(self, request, queues, names)
 
     def _claim_fair(self, cur: Any, base: dict[str, Any], queues: list[str] | None, request: ClaimRequest,
-                    limit: int) -> list[Row]:
+                    limit: int) -> list[ClaimedRow]:
         """Round-robin by tenant from this driver's cursor for ``queues``, one ``claim_fair`` statement
         per pass (see :func:`ultimat3.drivers.fair.fair_passes`)."""
         if limit <= 0:
@@ -698,11 +703,11 @@ class PostgresDriver:
             start = self._fair_start.get(key, "")
         tenants, weights = weight_arrays(request.weights)
 
-        def run_pass(begin: str, left: int) -> tuple[list[Row], list[str | None]]:
-            served: list[Row] = cur.execute(_Q["claim_fair"], {
+        def run_pass(begin: str, left: int) -> tuple[list[ClaimedRow], list[str | None]]:
+            served: list[ClaimedRow] = cur.execute(_Q["claim_fair"], {
                 **base, "queues": queues, "start": begin, "weight_tenants": tenants, "weights": weights,
                 "limit": left}).fetchall()
-            return served, [row["tenant_id"] for row in served]
+            return served, [row[0].job.tenant_id for row in served]
 
         rows, after = fair_passes(run_pass, start, limit)
         if after is not None:

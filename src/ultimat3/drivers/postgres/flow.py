@@ -12,11 +12,11 @@ from typing import Any
 
 from ultimat3.core.clock import to_datetime
 from ultimat3.drivers.flow import Bucket, Candidate, admit, earliest, scan_size
-from ultimat3.drivers.postgres.rows import _Q, Conn, Row, _rows
+from ultimat3.drivers.postgres.rows import _Q, ClaimedRow, Conn, _claimed, _rows
 
 
 def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit: int,
-               now: float) -> tuple[list[Row], float | None, bool]:
+               now: float) -> tuple[list[ClaimedRow], float | None, bool]:
     """Claim up to ``limit`` due jobs under flow control within their limits; the claimed rows, the
     wake-up hint (when a bucket this claim found empty gets a token back) and whether any
     candidate was turned away (see :class:`~ultimat3.drivers.flow.Admission`)."""
@@ -48,7 +48,7 @@ def claim_flow(conn: Conn, base: dict[str, Any], queues: list[str] | None, limit
             "per_seconds": [b.per_second for b in decided.buckets], "bursts": [b.burst for b in decided.buckets]})
     if not decided.ids:
         return [], wake_at, decided.refused
-    return cur.execute(_Q["flow_claim"], {**base, "ids": decided.ids}).fetchall(), wake_at, decided.refused
+    return _claimed(conn).execute(_Q["flow_claim"], {**base, "ids": decided.ids}).fetchall(), wake_at, decided.refused
 
 
 def _next_token(cur: Any, base: dict[str, Any]) -> float | None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import RowMaker, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from ultimat3.drivers.protocol import (
     BackfillRun,
+    ClaimedJob,
     JobFilter,
     JobRecord,
     Lease,
@@ -92,6 +95,55 @@ def _backfill(row: Row) -> BackfillRun:
 
 def _lease(row: Row) -> Lease:
     return lease(row, _DECODE)
+
+
+#: A claimed row: the job with its token, then the head of the claim order its statement saw
+#: (``head_priority``, ``head_run_at``, ``head_id``; NULLs where a statement keeps no cursor).
+ClaimedRow = tuple[ClaimedJob, int | None, datetime | None, str | None]
+_JOB_NAMES: Final = tuple(field.name for field in fields(JobRecord))
+#: The columns of every claim, in order: ``_claimed`` in queries.sql, then the head.
+CLAIMED_COLUMNS: Final = (*_JOB_NAMES, "claim_token", "head_priority", "head_run_at", "head_id")
+_TOKEN_AT: Final = len(_JOB_NAMES)
+_TIMES: Final = ("run_at", "created_at", "updated_at", "visible_at", "finished_at", "started_at")
+if set(_TIMES) != {f.name for f in fields(JobRecord) if "datetime" in str(f.type)}:  # pragma: no cover
+    raise AssertionError("rows._TIMES must name every datetime field of JobRecord")  # caught on import
+
+
+def claimed_rows(cursor: psycopg.Cursor[Any]) -> RowMaker[ClaimedRow]:
+    """A row factory for the claim statements: each row straight to a :class:`ClaimedJob` by
+    position, with no dict per row (psycopg's ``dict_row`` plus a record built by column name
+    cost ~6 us a claimed job more: ``bench/budget.py``). The record is the one :func:`_job` builds
+    (equal, frozen); the statement's columns are checked against :data:`CLAIMED_COLUMNS` first."""
+    names = tuple(column.name for column in cursor.description or ())
+    if names != CLAIMED_COLUMNS:
+        # Refused when a row is read, not here: a claim's cursor also runs statements whose rows
+        # nobody reads (claim_plan's set_config). A claim row read here is a development error:
+        # queries.sql's _claimed drifted from JobRecord.
+        def refuse(values: Any) -> ClaimedRow:
+            raise AssertionError(f"a claim returned {names}, not {CLAIMED_COLUMNS}")
+
+        return refuse
+    loads, new, times, at = json.loads, object.__new__, _TIMES, _TOKEN_AT
+
+    def make(values: Any) -> ClaimedRow:
+        job = dict(zip(_JOB_NAMES, values, strict=False))  # stops at the token: the job's own columns
+        job["payload"] = loads(job["payload"])  # sent as text (see _claimed)
+        for name in times:
+            value = job[name]
+            if value is not None and value.tzinfo is not UTC:
+                job[name] = value.astimezone(UTC)
+        record: JobRecord = new(JobRecord)
+        record.__dict__.update(job)
+        claimed: ClaimedJob = new(ClaimedJob)
+        claimed.__dict__.update(job=record, claim_token=values[at])
+        return claimed, values[at + 1], values[at + 2], values[at + 3]
+
+    return make
+
+
+def _claimed(conn: Conn) -> psycopg.Cursor[ClaimedRow]:
+    """A cursor for the claim statements (see :func:`claimed_rows`)."""
+    return conn.cursor(row_factory=claimed_rows)
 
 
 def _rows(conn: Conn) -> psycopg.Cursor[Row]:

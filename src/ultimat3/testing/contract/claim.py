@@ -29,6 +29,41 @@ def test_claim_moves_the_job_to_running(driver: JobDriver, clock: ManualClock) -
     assert get(driver, result.id) == job
 
 
+#: A payload with what JSON must escape or keep exact: each driver reads it back as it went in.
+_RICH_PAYLOAD = {"text": "caf\u00e9 \u2028 \"q\" \\ \t \U0001f600", "big": 2**53 + 1, "neg": -(2**31), "f": 0.1,
+                 "nested": {"list": [1, None, True, "x"], "empty": {}}, "none": None}
+
+
+@pytest.mark.parametrize("path", ["plain", "lapsed", "fair", "flow", "rate", "several queues"])
+def test_every_claim_path_hands_back_the_stored_record(driver: JobDriver, clock: ManualClock, path: str) -> None:
+    fields: dict[str, object] = {
+        "queue": "q1", "idempotency_key": "k-1", "priority": 3, "max_attempts": 7, "tenant_id": "org|a",
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "enqueued_by": "ops|alice",
+    }
+    if path == "flow":
+        fields.update(flow_key="org|a", flow_max=2)
+    if path == "rate":
+        fields.update(rate_key="org|a", rate_per_second=2.5, rate_burst=3)
+    result = enqueue(driver, "rich", dict(_RICH_PAYLOAD), **fields)
+    clock.advance(1)
+    how: dict[str, object] = {"visibility_timeout": 30}
+    if path == "lapsed":
+        claim_one(driver, "w0", **how)
+        clock.advance(31)
+    elif path == "fair":
+        how["fair"] = True
+    elif path in ("flow", "rate"):
+        how["flow"] = True
+    elif path == "several queues":
+        how["queues"] = ("q1", "q2")
+    claimed = claim_one(driver, "w1", **how)
+    assert claimed.job.id == result.id
+    assert claimed.job.payload == _RICH_PAYLOAD
+    assert claimed.job.state == "running"
+    assert claimed.claim_token.startswith(f"w1:{claimed.job.attempt}:")
+    assert get(driver, result.id) == claimed.job
+
+
 def test_claim_with_nothing_runnable_returns_nothing(driver: JobDriver) -> None:
     assert claim(driver, limit=10) == []
 
