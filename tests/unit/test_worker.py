@@ -400,6 +400,34 @@ def test_acks_of_attempts_finishing_together_share_one_commit(memory: MemoryDriv
     assert sorted(job.result for job in memory.introspect.list()) == [0, 1, 2, 3, 4]
 
 
+def test_acks_of_handlers_that_never_wait_share_one_commit_at_once(memory: MemoryDriver) -> None:
+    """Attempts started together whose handlers return without awaiting (on 3.12+ each runs to its
+    ack inside the start itself): one commit for all of them, written when the last one acks, not
+    one per ack and not after ack_delay."""
+    batches: list[int] = []
+    for name in ("ack_many", "ack_and_claim"):
+        original = getattr(memory, name)
+
+        def counting(acks: Any, *rest: Any, _original: Any = original) -> Any:
+            batches.append(len(acks))
+            return _original(acks, *rest)
+
+        setattr(memory, name, counting)
+
+    @job(name="at.once", tenant="none", input=Item)
+    async def at_once(input: Item, ctx: Ctx, step: AsyncStep) -> int:
+        return input.n
+
+    at_once.enqueue_many([{"n": n} for n in range(5)], driver=memory)
+    worker = Worker(memory, environment="test", concurrency=5, ack_delay=30)
+    try:
+        assert asyncio.run(asyncio.wait_for(worker.drain(), 5)) == 5
+    finally:
+        worker.close()
+    assert batches == [5]
+    assert sorted(job.result for job in memory.introspect.list()) == [0, 1, 2, 3, 4]
+
+
 def test_a_lone_ack_is_not_held_back(memory: MemoryDriver) -> None:
     """With nothing else running, the ack is written at once, not after ack_delay."""
 

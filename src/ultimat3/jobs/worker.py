@@ -10,10 +10,11 @@ import os
 import random
 import signal as os_signal
 import socket
+import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -77,6 +78,18 @@ class WorkerEvent:
     count: int = 1
     #: The queue of the attempt's job (settled attempts).
     queue: str | None = None
+
+
+if sys.version_info >= (3, 12):
+    def _attempt_task(attempt: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """The attempt's task, started eagerly: it runs inside the call up to its first real wait
+        (for a handler that does not block, its ack), one turn of the loop sooner and with no
+        handle scheduled for its first step."""
+        return asyncio.Task(attempt, loop=asyncio.get_running_loop(), eager_start=True)
+else:
+    def _attempt_task(attempt: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """The attempt's task (the loop's own create_task: ensure_future's checks buy nothing)."""
+        return asyncio.get_running_loop().create_task(attempt)
 
 
 @dataclass
@@ -236,6 +249,10 @@ class Worker:
         self._ahead: deque[ClaimedJob] = deque()
         # Attempts whose handler has not returned: the slots ``concurrency`` bounds.
         self._busy = 0
+        #: In _fill: attempts are being started (their acks wait for the rest of the fill).
+        self._filling = False
+        #: An ack found every attempt waiting during a fill: written when the fill ends.
+        self._flush_after_fill = False
         self.ack_delay = ack_delay
         self.unknown_names_interval = unknown_names_interval
         self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
@@ -333,8 +350,23 @@ class Worker:
 
     def _fill(self) -> None:
         """Start jobs claimed ahead while a slot is free."""
-        while self._ahead and self._busy < self.concurrency and not self._stopping:
-            self._start(self._ahead.popleft())
+        if self._filling:
+            return  # an attempt that ran to its ack inside _start (eager): the loop below goes on
+        self._filling = True
+        try:
+            while self._ahead and self._busy < self.concurrency and not self._stopping:
+                self._start(self._ahead.popleft())
+        finally:
+            self._filled()
+
+    def _filled(self) -> None:
+        """A fill is over: acks its attempts queued while it went on are written now if every
+        running attempt waits on its ack (see :meth:`_ack`)."""
+        self._filling = False
+        if self._flush_after_fill:
+            self._flush_after_fill = False
+            if self._busy == 0:
+                self._flush_acks()
 
     def _took(self, claimed: list[ClaimedJob]) -> None:
         # A rate limit turned a job away: come back when its bucket has a token, not at the next poll.
@@ -347,8 +379,7 @@ class Worker:
         active = _Active(claimed, AbortSignal(claimed.job.name))
         self._active[claimed.job.id] = active
         self._prefetch.started(active.started)
-        # The loop's own create_task: the attempt is a coroutine, ensure_future's checks buy nothing.
-        active.task = asyncio.get_running_loop().create_task(self._attempt(active))
+        active.task = _attempt_task(self._attempt(active))
 
     async def _attempt(self, active: _Active) -> None:
         claimed = active.claimed
@@ -411,14 +442,19 @@ class Worker:
         """Queue a successful attempt's ack; acks that finish together share one commit.
 
         The batch is written at once when every running attempt is waiting on its ack (nothing
-        else could join it), else after at most ``ack_delay`` seconds.
+        else could join it; when that happens while slots are being filled, where an attempt may
+        run to its ack inside the fill, once the fill is over), else after at most ``ack_delay``
+        seconds.
         """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), future))
         waiting = len(self._acks)
-        if self._busy == 0 or waiting >= MAX_ACK_BATCH:
+        if waiting >= MAX_ACK_BATCH or (self._busy == 0 and not self._filling):
             self._flush_acks()
-        elif self._ack_timer is None:
+            return await future
+        if self._busy == 0:
+            self._flush_after_fill = True  # the fill under way may start attempts that join it
+        if self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(self.ack_delay, self._flush_acks)
         return await future
 
@@ -781,8 +817,12 @@ class Worker:
                 if budget is not None:
                     free = min(free, budget)
                 claimed = await self._claim(free) if free > 0 and not self._stopping else []
-                for job in claimed:
-                    self._start(job)
+                self._filling = True
+                try:
+                    for job in claimed:
+                        self._start(job)
+                finally:
+                    self._filled()
                 if not self._active:
                     if getattr(claimed, "more", False):
                         continue  # a key this claim filled hid others: the next claim leaves it out
