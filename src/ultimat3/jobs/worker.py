@@ -351,7 +351,7 @@ class Worker:
     def _fill(self) -> None:
         """Start jobs claimed ahead while a slot is free."""
         if self._filling:
-            return  # an attempt that ran to its ack inside _start (eager): the loop below goes on
+            return  # called from an attempt that _start ran eagerly: the outer fill's loop goes on
         self._filling = True
         try:
             while self._ahead and self._busy < self.concurrency and not self._stopping:
@@ -360,8 +360,8 @@ class Worker:
             self._filled()
 
     def _filled(self) -> None:
-        """A fill is over: acks its attempts queued while it went on are written now if every
-        running attempt waits on its ack (see :meth:`_ack`)."""
+        """A fill is over: if an ack queued during it found every attempt waiting, the batch is
+        written now, unless an attempt started since is still running (see :meth:`_ack`)."""
         self._filling = False
         if self._flush_after_fill:
             self._flush_after_fill = False
