@@ -3,7 +3,7 @@ what the worker and the driver spend per job. The bound of the client-CPU target
 
     bench/.venv/bin/python bench/budget.py [--url postgresql://.../bench_budget] [--jobs 20000]
 
-Prints two tables (µs of this process's CPU per job, best of ``--tries``):
+Prints three tables (µs of this process's CPU per job, best of ``--tries``):
 
 * the primitives, each timed alone in a loop: a task per attempt on a running event loop (created,
   run, its result taken by a done callback: the least a worker that can cancel each attempt pays),
@@ -13,7 +13,9 @@ Prints two tables (µs of this process's CPU per job, best of ``--tries``):
 * a drain of ``--jobs`` no-op jobs on SQLite (a scratch file) and, with ``--url``, on PostgreSQL:
   the driver's calls alone (``ack_and_claim`` of 100 acks plus the next 100, no worker), and the
   whole worker at concurrency 100 (``freeze_gc`` as ``x worker`` runs it). The worker's own share
-  is the difference.
+  is the difference;
+* with ``--url``, a claimed row fetched from PostgreSQL and built into a ``ClaimedJob`` (100 per
+  statement): by position, as claims read rows, and by name, as they did before.
 
 Writes nothing but the scratch file it removes (and, with ``--url``, empties that database's
 ``public`` schema first: point it at a database of its own).
@@ -236,8 +238,8 @@ def postgres_rows(url: str, n: int, tries: int) -> list[list[str]]:
 
         def by_name() -> None:
             for _ in range(statements):
-                rows = conn.cursor(row_factory=dict_row).execute(whole).fetchall()
-                [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in rows]
+                fetched = conn.cursor(row_factory=dict_row).execute(whole).fetchall()
+                [ClaimedJob(job=_job(row), claim_token=row["claim_token"]) for row in fetched]
 
         rows = statements * 100
         return [["by position (the claim's row factory)", f"{best_of(tries, rows, by_position):.1f}"],
