@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import FrozenInstanceError
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from ultimat3.core import Ctx, ManualClock, XError, current_ctx
+from ultimat3.core import Actor, Ctx, Grant, ManualClock, XError, current_ctx
+from ultimat3.core.context import run_context
 from ultimat3.drivers.memory import MemoryDriver
 from ultimat3.jobs import (
     AsyncStep,
@@ -76,6 +79,20 @@ def test_handler_runs_under_the_job_context(memory: MemoryDriver) -> None:
     assert seen[0].actor.id == f"job:ctx.org:{result.id}"
     assert seen[0].environment == "test"
     assert not seen[0].actor.scopes
+
+
+def test_a_run_context_is_the_context_it_stands_for() -> None:
+    """run_context (built without the frozen dataclasses' __init__) equals the context built the
+    ordinary way, stays frozen, and copies like one."""
+    tick = datetime(2026, 1, 1, tzinfo=UTC)
+    grant = Grant("system", "a test")
+    built = run_context("job:a:1", "org-1", "test", "00-trace", (grant,), tick)
+    assert built == Ctx(actor=Actor(id="job:a:1", org_id="org-1"), environment="test", traceparent="00-trace",
+                        grants=(grant,), tick=tick)
+    assert hash(built.actor) == hash(Actor(id="job:a:1", org_id="org-1"))
+    with pytest.raises(FrozenInstanceError):
+        built.actor.id = "someone else"  # type: ignore[misc]
+    assert built.actor.with_scope("ops").scopes == frozenset({"ops"}) and built.actor.scopes == frozenset()
 
 
 def test_steps_replay_on_retry_without_rerunning(memory: MemoryDriver, clock: ManualClock) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Literal, cast, get_args
 
@@ -90,6 +90,27 @@ class Ctx:
     def live_grant(self, scope: str) -> Grant | None:
         """The first live grant of ``scope``, or ``None``."""
         return next((g for g in self.grants if g.live and g.scope == scope), None)
+
+
+_NO_SCOPES: frozenset[str] = frozenset()
+_ACTOR_FIELDS = ("id", "org_id", "scopes")
+_CTX_FIELDS = ("actor", "environment", "traceparent", "cross_tenant_reason", "grants", "tick")
+if (tuple(f.name for f in fields(Actor)), tuple(f.name for f in fields(Ctx))) != (_ACTOR_FIELDS, _CTX_FIELDS):
+    raise AssertionError("run_context must fill every field of Actor and Ctx")  # pragma: no cover
+
+
+def run_context(actor_id: str, org_id: str | None, environment: Environment, traceparent: str | None,
+                grants: tuple[Grant, ...], tick: datetime | None) -> Ctx:
+    """The context of one job run: an actor with no scopes acting for ``org_id``, equal to
+    ``Ctx(actor=Actor(actor_id, org_id), ...)``. Built by filling the frozen instances' ``__dict__``
+    (every attempt builds one; the two ``__init__`` calls set nine fields one
+    ``object.__setattr__`` at a time, ~1.7 of this one's ~0.5 us); the fields are checked at import."""
+    actor: Actor = object.__new__(Actor)
+    actor.__dict__.update(id=actor_id, org_id=org_id, scopes=_NO_SCOPES)
+    ctx: Ctx = object.__new__(Ctx)
+    ctx.__dict__.update(actor=actor, environment=environment, traceparent=traceparent, cross_tenant_reason=None,
+                        grants=grants, tick=tick)
+    return ctx
 
 
 def parse_environment(value: str, *, source: str = "X_ENV") -> Environment:

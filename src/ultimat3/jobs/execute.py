@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 from pydantic_core import to_jsonable_python
 
 from ultimat3.core.clock import Clock
-from ultimat3.core.context import SYSTEM_SCOPE, Actor, Ctx, Environment, Grant, use_ctx
+from ultimat3.core.context import SYSTEM_SCOPE, Ctx, Environment, Grant, run_context, use_ctx
 from ultimat3.core.errors import XError
 from ultimat3.core.tracing import attempt_span
 from ultimat3.drivers.protocol import ClaimedJob, JobDriver, NackRequest
@@ -80,13 +80,8 @@ def run_ctx(claimed: ClaimedJob, environment: Environment, grants: tuple[Grant, 
     """The context a run executes under: an actor for this job, acting for the row's org (with
     ``grants``, built in one go rather than copied per attempt)."""
     job = claimed.job
-    return Ctx(
-        actor=Actor(id=f"job:{job.name}:{job.id}", org_id=job.tenant_id),
-        environment=environment,
-        traceparent=job.traceparent,
-        grants=grants,
-        tick=tick_of(job.enqueued_by),
-    )
+    return run_context(f"job:{job.name}:{job.id}", job.tenant_id, environment, job.traceparent, grants,
+                       tick_of(job.enqueued_by))
 
 
 class AttemptRunner:
