@@ -29,7 +29,6 @@ from ultimat3.drivers.protocol import (
     ClaimedJob,
     ClaimRequest,
     JobDriver,
-    JobRecord,
     NackRequest,
     WaitingName,
     WorkerInfo,
@@ -256,8 +255,7 @@ class Worker:
         self._flush_after_fill = False
         self.ack_delay = ack_delay
         self.unknown_names_interval = unknown_names_interval
-        # Acks queued for the next batch, each with its attempt (ended when the batch is written).
-        self._acks: list[tuple[Ack, _Active]] = []
+        self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ack_writes: set[asyncio.Future[None]] = set()
         self._stopping = False
@@ -397,41 +395,30 @@ class Worker:
             self._busy -= 1
             self._prefetch.finished(active.started, time.monotonic())
             self._fill()
-        if outcome.kind == "done":
-            # Queued, not awaited: the batch's commit ends the attempt (_acked), so the task ends
-            # here and nothing resumes it after the commit (on 3.12+, a handler that never waits
-            # runs its whole task inside _start).
-            self._ack(active, outcome.result)
-            return
         try:
             settled = await self._settle(claimed, outcome)
         except Exception as error:
-            self._unsettled(job, error)
+            # The database is unreachable: the claim lapses and another worker re-runs the job.
+            _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
+                               "again", job.id, job.name, first_line(str(error)), job_id=job.id)
             settled = False
         if settled and outcome.kind == "dead":
             await self._after_dead(claimed, outcome.error)
-        self._ended(active, outcome.kind if settled or outcome.kind == "aborted" else "fenced", outcome.error)
-        self._notify()
-
-    def _unsettled(self, job: JobRecord, error: Exception) -> None:
-        # The database is unreachable: the claim lapses and another worker re-runs the job.
-        _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
-                           "again", job.id, job.name, first_line(str(error)), job_id=job.id)
-
-    def _ended(self, active: _Active, kind: WorkerEventKind, error: str | None) -> None:
-        """An attempt is over and written (or could not be): log it, tell the listener, free it."""
-        job = active.claimed.job
         duration = time.monotonic() - active.started
-        self._log_attempt(active.claimed, kind, duration, error)
+        kind: WorkerEventKind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
+        self._log_attempt(claimed, kind, duration, outcome.error)
         if self.on_event is not None:  # the event (a frozen dataclass: ~1.2 us) only for a listener
-            self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, error,
+            self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error,
                                    queue=job.queue))
         self.processed += 1
         self._active.pop(job.id, None)
+        self._notify()
 
     async def _settle(self, claimed: ClaimedJob, outcome: Outcome) -> bool:
-        """How a failure, a suspension or a release is written: one nack, fenced on the claim
-        token (an ack goes through :meth:`_ack`); an aborted attempt writes nothing."""
+        """The one way an attempt's outcome is written, fenced on its claim token: an ack joins
+        the next batched commit, anything else is one nack; an aborted attempt writes nothing."""
+        if outcome.kind == "done":
+            return await self._ack(claimed, outcome.result)
         request = outcome.nack_request()
         if request is None:
             return False
@@ -451,24 +438,25 @@ class Worker:
                    "error": first, "worker_id": self.worker_id},
         )
 
-    def _ack(self, active: _Active, result: Any) -> None:
-        """Queue a successful attempt's ack; acks that finish together share one commit, and the
-        attempt ends when it is written (see :meth:`_write_acks`).
+    async def _ack(self, claimed: ClaimedJob, result: Any) -> bool:
+        """Queue a successful attempt's ack; acks that finish together share one commit.
 
         The batch is written at once when every running attempt is waiting on its ack (nothing
         else could join it; when that happens while slots are being filled, where an attempt may
         run to its ack inside the fill, once the fill is over), else after at most ``ack_delay``
         seconds.
         """
-        claimed = active.claimed
-        self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), active))
-        if len(self._acks) >= MAX_ACK_BATCH or (self._busy == 0 and not self._filling):
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), future))
+        waiting = len(self._acks)
+        if waiting >= MAX_ACK_BATCH or (self._busy == 0 and not self._filling):
             self._flush_acks()
-            return
+            return await future
         if self._busy == 0:
             self._flush_after_fill = True  # the fill under way may start attempts that join it
         if self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(self.ack_delay, self._flush_acks)
+        return await future
 
     def _flush_acks(self) -> None:
         if self._ack_timer is not None:
@@ -481,7 +469,7 @@ class Worker:
             self._ack_writes.add(task)
             task.add_done_callback(self._ack_writes.discard)
 
-    async def _write_acks(self, batch: list[tuple[Ack, _Active]]) -> None:
+    async def _write_acks(self, batch: list[tuple[Ack, asyncio.Future[bool]]]) -> None:
         acks = [ack for ack, _ in batch]
         claimed: list[ClaimedJob] = []
         # The batch's slots free up with its commit: the same transaction claims the next jobs for
@@ -508,18 +496,20 @@ class Worker:
                     finally:
                         self._settling -= len(batch)
         except Exception as error:
-            for _, active in batch:
-                self._unsettled(active.claimed.job, error)
-                self._ended(active, "fenced", None)
-            self._notify()
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
             return
-        for (_, active), ok in zip(batch, settled, strict=True):
-            self._ended(active, "done" if ok else "fenced", None)
-        self._notify()  # the batch's slots are free: the main loop decides whether to claim
+        for (_, future), ok in zip(batch, settled, strict=True):
+            if not future.done():
+                future.set_result(ok)
         if not claimed:
             return
         self._took(claimed)
-        await self._hold(claimed)
+        if not await self._hold(claimed):
+            return
+        if len(claimed) < (request.limit if request is not None else 0) or getattr(claimed, "more", False):
+            self._notify()  # the main loop decides whether to wait or claim again
 
     async def _release(self, claimed: list[ClaimedJob]) -> None:
         release = NackRequest(counts_as_attempt=False, release=True)
@@ -837,20 +827,12 @@ class Worker:
                     if getattr(claimed, "more", False):
                         continue  # a key this claim filled hid others: the next claim leaves it out
                     break
-                await asyncio.wait(self._pending(), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({a.task for a in self._active.values() if a.task is not None},
+                                   return_when=asyncio.FIRST_COMPLETED)
         finally:
             beats.cancel()
             unsubscribe()
         return self.processed - start
-
-    def _pending(self) -> set[asyncio.Future[Any]]:
-        """What an attempt still held may be waiting on: its handler's task, else its ack's batch
-        (written now if it is still queued)."""
-        running: set[asyncio.Future[Any]] = {a.task for a in self._active.values()
-                                             if a.task is not None and not a.task.done()}
-        if not running and self._acks:
-            self._flush_acks()
-        return running | self._ack_writes or {a.task for a in self._active.values() if a.task is not None}
 
     def release_all(self) -> None:
         """Stop claiming and hand every running attempt back at once (no grace, no attempt
@@ -879,11 +861,8 @@ class Worker:
                 for active in list(self._active.values()):
                     active.signal.abort(SHUTDOWN)
                 await asyncio.wait(pending, timeout=10.0)
-        # Attempts end with their ack's commit: write what is queued now, not after ack_delay (the
-        # loop may be gone by then), and wait for the batches in flight (one may carry claimed jobs
-        # to release).
-        self._flush_acks()
         if self._ack_writes:
+            # An ack batch still in flight may carry claimed jobs to release: let it finish.
             await asyncio.wait(set(self._ack_writes), timeout=10.0)
         log.info("worker %s stopped", self.worker_id)
 
