@@ -104,7 +104,8 @@ def run_context(actor_id: str, org_id: str | None, environment: Environment, tra
     """The context of one job run: an actor with no scopes acting for ``org_id``, equal to
     ``Ctx(actor=Actor(actor_id, org_id), ...)``. Built by filling the frozen instances' ``__dict__``
     (every attempt builds one; the two ``__init__`` calls set nine fields one
-    ``object.__setattr__`` at a time, ~1.7 of this one's ~0.5 us); the fields are checked at import."""
+    ``object.__setattr__`` at a time: 1.6 us against this one's 0.7, timeit); the fields are
+    checked at import."""
     actor: Actor = object.__new__(Actor)
     actor.__dict__.update(id=actor_id, org_id=org_id, scopes=_NO_SCOPES)
     ctx: Ctx = object.__new__(Ctx)
