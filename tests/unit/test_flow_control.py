@@ -5,6 +5,7 @@ the same rules on every driver are the contract's `flow` concern)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -159,6 +160,55 @@ def test_a_worker_keeps_to_the_limit_per_key(memory: MemoryDriver, clock: Manual
     assert peak == {"acme": 2, "globex": 2}
     assert memory.introspect.count(JobFilter(), states=("done",)) == 13
     assert {j.attempt for j in memory.introspect.list()} == {1}
+
+
+class _AckAfterClaim(MemoryDriver):
+    """An ack batch that commits only once a claim has read the rows it is about to settle: the
+    race a drain meets when it claims again as soon as a handler returns."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.claimed, self.acked = threading.Event(), threading.Event()
+
+    def claim(self, request: Any) -> Any:
+        # The first claim made while a row is still running (its ack held back until this read).
+        racing = not self.claimed.is_set() and any(j.state == "running" for j in self._store.jobs.values())
+        batch = super().claim(request)
+        if racing:
+            self.claimed.set()
+            self.acked.wait(10)  # return after the ack committed, as the slower call of the two
+        return batch
+
+    def ack_many(self, acks: Any) -> list[bool]:
+        self.claimed.wait(10)
+        try:
+            return super().ack_many(acks)
+        finally:
+            self.acked.set()
+
+
+def test_a_drain_claims_again_when_its_claim_raced_the_last_ack(clock: ManualClock) -> None:
+    """The claim saw the key still at its limit (its row not yet acked) and took nothing; by the
+    time it returned the ack had committed and nothing was held. The drain asks again instead of
+    calling the queue empty."""
+    driver = _AckAfterClaim(clock)
+    driver.migrate()
+
+    @job(name="sync.org", tenant="none", input=Mail, concurrency=limit(max=1, key=lambda value: value.org))
+    async def sync(value: Mail, ctx: Ctx) -> None:
+        await asyncio.sleep(0)  # ends after the drain's fill: the drain waits on it, not on its ack
+
+    for n in range(2):
+        sync.enqueue({"org": "acme", "n": n}, driver=driver)
+    clock.advance(1)
+    worker = Worker(driver, concurrency=10, environment="test")
+    try:
+        assert asyncio.run(worker.drain()) == 2
+        assert driver.claimed.is_set()  # the race did happen
+    finally:
+        worker.close()
+        driver.close()
+    assert driver.introspect.count(JobFilter(), states=("done",)) == 2
 
 
 def test_a_fair_worker_starts_a_small_tenant_within_its_first_claims(memory: MemoryDriver, clock: ManualClock) -> None:

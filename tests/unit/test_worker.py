@@ -445,6 +445,45 @@ def test_acks_of_handlers_that_never_wait_share_one_commit_at_once(memory: Memor
     assert sorted(job.result for job in memory.introspect.list()) == [0, 1, 2, 3, 4]
 
 
+def test_an_ack_still_queued_at_stop_is_written_before_run_returns(memory: MemoryDriver) -> None:
+    """An attempt ends with its ack's commit, not when its handler returns: an ack still waiting
+    for company (ack_delay far off) when the worker stops is written by the shutdown, and the
+    'done' event comes once the row says so."""
+    finished, entered = threading.Event(), threading.Event()
+    states: list[str] = []
+
+    @job(name="quick", tenant="none")
+    async def quick(input: Any, ctx: Ctx, step: AsyncStep) -> str:
+        finished.set()
+        return "ok"
+
+    @job(name="slow", tenant="none")
+    async def slow(input: Any, ctx: Ctx, step: AsyncStep) -> None:
+        entered.set()
+        await asyncio.Event().wait()  # until the shutdown cancels it
+
+    def on_event(event: WorkerEvent) -> None:
+        if event.kind == "done" and event.job_id is not None:
+            states.append(state(memory, event.job_id))
+
+    first = slow.enqueue(driver=memory)
+    second = quick.enqueue(driver=memory)
+    worker = Worker(memory, environment="test", concurrency=2, ack_delay=30, grace_period=0.05,
+                    poll_interval=0.01, on_event=on_event)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.to_thread(entered.wait, 10)
+        await asyncio.to_thread(finished.wait, 10)
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    assert state(memory, second.id) == "done" and states == ["done"]
+    row = memory.introspect.get(first.id)
+    assert row is not None and row.state == "ready" and row.attempt == 0  # released, not burned
+
+
 def test_a_lone_ack_is_not_held_back(memory: MemoryDriver) -> None:
     """With nothing else running, the ack is written at once, not after ack_delay."""
 

@@ -29,6 +29,7 @@ from ultimat3.drivers.protocol import (
     ClaimedJob,
     ClaimRequest,
     JobDriver,
+    JobRecord,
     NackRequest,
     WaitingName,
     WorkerInfo,
@@ -255,7 +256,8 @@ class Worker:
         self._flush_after_fill = False
         self.ack_delay = ack_delay
         self.unknown_names_interval = unknown_names_interval
-        self._acks: list[tuple[Ack, asyncio.Future[bool]]] = []
+        # Acks queued for the next batch, each with its attempt (ended when the batch is written).
+        self._acks: list[tuple[Ack, _Active]] = []
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ack_writes: set[asyncio.Future[None]] = set()
         self._stopping = False
@@ -395,30 +397,41 @@ class Worker:
             self._busy -= 1
             self._prefetch.finished(active.started, time.monotonic())
             self._fill()
+        if outcome.kind == "done":
+            # Queued, not awaited: the batch's commit ends the attempt (_acked), so the task ends
+            # here and nothing resumes it after the commit (on 3.12+, a handler that never waits
+            # runs its whole task inside _start).
+            self._ack(active, outcome.result)
+            return
         try:
             settled = await self._settle(claimed, outcome)
         except Exception as error:
-            # The database is unreachable: the claim lapses and another worker re-runs the job.
-            _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
-                               "again", job.id, job.name, first_line(str(error)), job_id=job.id)
+            self._unsettled(job, error)
             settled = False
         if settled and outcome.kind == "dead":
             await self._after_dead(claimed, outcome.error)
+        self._ended(active, outcome.kind if settled or outcome.kind == "aborted" else "fenced", outcome.error)
+        self._notify()
+
+    def _unsettled(self, job: JobRecord, error: Exception) -> None:
+        # The database is unreachable: the claim lapses and another worker re-runs the job.
+        _throttled.warning("settle", "could not settle job %s (%s): %s; its claim will lapse and it runs "
+                           "again", job.id, job.name, first_line(str(error)), job_id=job.id)
+
+    def _ended(self, active: _Active, kind: WorkerEventKind, error: str | None) -> None:
+        """An attempt is over and written (or could not be): log it, tell the listener, free it."""
+        job = active.claimed.job
         duration = time.monotonic() - active.started
-        kind: WorkerEventKind = outcome.kind if settled or outcome.kind == "aborted" else "fenced"
-        self._log_attempt(claimed, kind, duration, outcome.error)
+        self._log_attempt(active.claimed, kind, duration, error)
         if self.on_event is not None:  # the event (a frozen dataclass: ~1.2 us) only for a listener
-            self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, outcome.error,
+            self._emit(WorkerEvent(kind, self.worker_id, job.id, job.name, job.attempt, duration, error,
                                    queue=job.queue))
         self.processed += 1
         self._active.pop(job.id, None)
-        self._notify()
 
     async def _settle(self, claimed: ClaimedJob, outcome: Outcome) -> bool:
-        """The one way an attempt's outcome is written, fenced on its claim token: an ack joins
-        the next batched commit, anything else is one nack; an aborted attempt writes nothing."""
-        if outcome.kind == "done":
-            return await self._ack(claimed, outcome.result)
+        """How a failure, a suspension or a release is written: one nack, fenced on the claim
+        token (an ack goes through :meth:`_ack`); an aborted attempt writes nothing."""
         request = outcome.nack_request()
         if request is None:
             return False
@@ -438,25 +451,24 @@ class Worker:
                    "error": first, "worker_id": self.worker_id},
         )
 
-    async def _ack(self, claimed: ClaimedJob, result: Any) -> bool:
-        """Queue a successful attempt's ack; acks that finish together share one commit.
+    def _ack(self, active: _Active, result: Any) -> None:
+        """Queue a successful attempt's ack; acks that finish together share one commit, and the
+        attempt ends when it is written (see :meth:`_write_acks`).
 
         The batch is written at once when every running attempt is waiting on its ack (nothing
         else could join it; when that happens while slots are being filled, where an attempt may
         run to its ack inside the fill, once the fill is over), else after at most ``ack_delay``
         seconds.
         """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), future))
-        waiting = len(self._acks)
-        if waiting >= MAX_ACK_BATCH or (self._busy == 0 and not self._filling):
+        claimed = active.claimed
+        self._acks.append((Ack(claimed.job.id, claimed.claim_token, result), active))
+        if len(self._acks) >= MAX_ACK_BATCH or (self._busy == 0 and not self._filling):
             self._flush_acks()
-            return await future
+            return
         if self._busy == 0:
             self._flush_after_fill = True  # the fill under way may start attempts that join it
         if self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(self.ack_delay, self._flush_acks)
-        return await future
 
     def _flush_acks(self) -> None:
         if self._ack_timer is not None:
@@ -469,7 +481,7 @@ class Worker:
             self._ack_writes.add(task)
             task.add_done_callback(self._ack_writes.discard)
 
-    async def _write_acks(self, batch: list[tuple[Ack, asyncio.Future[bool]]]) -> None:
+    async def _write_acks(self, batch: list[tuple[Ack, _Active]]) -> None:
         acks = [ack for ack, _ in batch]
         claimed: list[ClaimedJob] = []
         # The batch's slots free up with its commit: the same transaction claims the next jobs for
@@ -496,20 +508,18 @@ class Worker:
                     finally:
                         self._settling -= len(batch)
         except Exception as error:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
+            for _, active in batch:
+                self._unsettled(active.claimed.job, error)
+                self._ended(active, "fenced", None)
+            self._notify()
             return
-        for (_, future), ok in zip(batch, settled, strict=True):
-            if not future.done():
-                future.set_result(ok)
+        for (_, active), ok in zip(batch, settled, strict=True):
+            self._ended(active, "done" if ok else "fenced", None)
+        self._notify()  # the batch's slots are free: the main loop decides whether to claim
         if not claimed:
             return
         self._took(claimed)
-        if not await self._hold(claimed):
-            return
-        if len(claimed) < (request.limit if request is not None else 0) or getattr(claimed, "more", False):
-            self._notify()  # the main loop decides whether to wait or claim again
+        await self._hold(claimed)
 
     async def _release(self, claimed: list[ClaimedJob]) -> None:
         release = NackRequest(counts_as_attempt=False, release=True)
@@ -816,6 +826,7 @@ class Worker:
                 free = self.concurrency - len(self._active)
                 if budget is not None:
                     free = min(free, budget)
+                held = len(self._active)
                 claimed = await self._claim(free) if free > 0 and not self._stopping else []
                 self._filling = True
                 try:
@@ -826,13 +837,25 @@ class Worker:
                 if not self._active:
                     if getattr(claimed, "more", False):
                         continue  # a key this claim filled hid others: the next claim leaves it out
+                    if held and not claimed:
+                        # The claim raced the last acks: it saw their rows still running (a flow
+                        # key at its limit takes nothing). None is held now: ask again.
+                        continue
                     break
-                await asyncio.wait({a.task for a in self._active.values() if a.task is not None},
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(self._pending(), return_when=asyncio.FIRST_COMPLETED)
         finally:
             beats.cancel()
             unsubscribe()
         return self.processed - start
+
+    def _pending(self) -> set[asyncio.Future[Any]]:
+        """What an attempt still held may be waiting on: its handler's task, else its ack's batch
+        (written now if it is still queued)."""
+        running: set[asyncio.Future[Any]] = {a.task for a in self._active.values()
+                                             if a.task is not None and not a.task.done()}
+        if not running and self._acks:
+            self._flush_acks()
+        return running | self._ack_writes or {a.task for a in self._active.values() if a.task is not None}
 
     def release_all(self) -> None:
         """Stop claiming and hand every running attempt back at once (no grace, no attempt
@@ -861,8 +884,11 @@ class Worker:
                 for active in list(self._active.values()):
                     active.signal.abort(SHUTDOWN)
                 await asyncio.wait(pending, timeout=10.0)
+        # Attempts end with their ack's commit: write what is queued now, not after ack_delay (the
+        # loop may be gone by then), and wait for the batches in flight (one may carry claimed jobs
+        # to release).
+        self._flush_acks()
         if self._ack_writes:
-            # An ack batch still in flight may carry claimed jobs to release: let it finish.
             await asyncio.wait(set(self._ack_writes), timeout=10.0)
         log.info("worker %s stopped", self.worker_id)
 
