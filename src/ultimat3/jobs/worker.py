@@ -398,9 +398,9 @@ class Worker:
             self._prefetch.finished(active.started, time.monotonic())
             self._fill()
         if outcome.kind == "done":
-            # Queued, not awaited: the batch's commit ends the attempt (_acked), so the task ends
-            # here and nothing resumes it after the commit (on 3.12+, a handler that never waits
-            # runs its whole task inside _start).
+            # Queued, not awaited: the batch's commit ends the attempt (_write_acks), so the task
+            # ends here and nothing resumes it after the commit (on 3.12+, a handler that never
+            # waits runs its whole task inside _start).
             self._ack(active, outcome.result)
             return
         try:
