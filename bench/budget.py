@@ -189,10 +189,8 @@ def driver_alone(url: str, n: int) -> float:
     return spent * 1e6 / n
 
 
-def whole_worker(url: str, n: int) -> float:
-    """µs of CPU per job for a Worker at concurrency 100 draining ``n`` jobs."""
-    driver = create_driver(url)
-    fill(driver, n)
+def run_worker(driver: Any, n: int) -> None:
+    """Run a Worker at concurrency 100 (``freeze_gc`` as ``x worker`` runs it) until ``n`` jobs are done."""
     seen = {"done": 0}
 
     def on_event(event: WorkerEvent) -> None:
@@ -203,8 +201,15 @@ def whole_worker(url: str, n: int) -> float:
 
     worker = Worker(driver, names=[noop.name], concurrency=100, poll_interval=1.0, on_event=on_event,
                     freeze_gc=True, liveness_interval=None, schedules=False, horizon_warning=None)
-    began = time.process_time()
     asyncio.run(worker.run())
+
+
+def whole_worker(url: str, n: int) -> float:
+    """µs of CPU per job for a Worker at concurrency 100 draining ``n`` jobs."""
+    driver = create_driver(url)
+    fill(driver, n)
+    began = time.process_time()
+    run_worker(driver, n)
     spent = time.process_time() - began
     driver.close()
     return spent * 1e6 / n

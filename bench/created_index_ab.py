@@ -14,7 +14,6 @@ run and the medians; writes nothing (the scratch database is dropped at the end)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 from pathlib import Path
@@ -23,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import psycopg  # noqa: E402
 from benchlib import CpuMeter, drop_database, markdown_table, recreate_database, vacuum_analyze  # noqa: E402
-from budget import fill, noop  # noqa: E402
+from budget import fill, run_worker  # noqa: E402
 
-from ultimat3.jobs import Worker, WorkerEvent, create_driver  # noqa: E402
+from ultimat3.jobs import create_driver  # noqa: E402
 from ultimat3.tenancy import operator_context  # noqa: E402
 
 DATABASE = "x_bench_created_index"
@@ -41,19 +40,8 @@ def drain(with_index: bool, jobs: int) -> tuple[float, float, float]:
     with operator_context("bench", "created_index_ab prefill"):
         fill(driver, jobs)
     vacuum_analyze(url)
-    done = 0
-
-    def on_event(event: WorkerEvent) -> None:
-        nonlocal done
-        if event.kind == "done":
-            done += 1
-            if done >= jobs:
-                worker.stop()
-
-    worker = Worker(driver, names=[noop.name], concurrency=100, poll_interval=1.0, on_event=on_event,
-                    freeze_gc=True, liveness_interval=None, schedules=False, horizon_warning=None)
     with CpuMeter() as meter:
-        asyncio.run(worker.run())
+        run_worker(driver, jobs)
     driver.close()
     return jobs / meter.wall, meter.client_cpu * 1e6 / jobs, meter.server_cpu * 1e6 / jobs
 
